@@ -1,0 +1,41 @@
+"""Errors pdsim reports to users: each names where the problem is."""
+
+from __future__ import annotations
+
+
+class PdsimError(Exception):
+    """Base of every error pdsim reports to the user without a traceback."""
+
+
+class ConfigError(PdsimError):
+    """One or more configuration problems, each located by a dotted path.
+
+    ``issues`` is a list of ``(path, message)``; ``str()`` gives one ``path: message`` line
+    per issue, the form the CLI prints after ``error:``.
+    """
+
+    def __init__(self, path: str, message: str | None = None,
+                 issues: list[tuple[str, str]] | None = None) -> None:
+        if issues is None:
+            issues = [(path, message or "")]
+        self.issues = issues
+        self.path = issues[0][0]
+        self.message = issues[0][1]
+        super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in issues))
+
+
+class InputFileError(PdsimError):
+    """A problem in an input file, located by file name and line (and column)."""
+
+    def __init__(self, file: str, line: int | None, message: str,
+                 column: int | None = None) -> None:
+        self.file = file
+        self.line = line
+        self.column = column
+        self.message = message
+        where = file
+        if line is not None:
+            where += f":{line}"
+            if column is not None:
+                where += f":{column}"
+        super().__init__(f"{where}: {message}")

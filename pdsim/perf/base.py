@@ -1,0 +1,42 @@
+"""The step-time interface the engine calls once per engine step.
+
+The engine describes a step by what the batch computes (``StepBatch``); a
+``StepTimeModel`` turns that into seconds. Everything the model needs to know about the
+model architecture, the hardware and the drafter comes from the config it was built with,
+so the engine never has to.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+
+class StepBatch(NamedTuple):
+    """What one engine step computes, summed over the requests in the batch.
+
+    - ``prefill_tokens``: target tokens computed in prefill chunks (prompt chunks, D's
+      recompute of the backoff tokens, recompute after preemption).
+    - ``prefill_attention_pairs``: sum over prefill chunks of ``chunk * (context_before +
+      (chunk + 1) / 2)``, the number of query-key pairs causal attention scores.
+    - ``decode_requests``: requests in their decode phase this step.
+    - ``decode_tokens``: query tokens of those requests (``1 + num_speculative_tokens`` each
+      under speculation, else 1): the target verifies them all.
+    - ``decode_context_tokens``: sum of the decode requests' context lengths (KV read).
+    - ``drafter_repair_tokens``: positions the drafter re-prefills this step (the
+      standalone repair of the previous step's rejected drafts).
+    """
+
+    prefill_tokens: int
+    prefill_attention_pairs: float
+    decode_requests: int
+    decode_tokens: int
+    decode_context_tokens: int
+    drafter_repair_tokens: int = 0
+
+
+class StepTimeModel(Protocol):
+    """Maps a batch to the wall time of one engine step, in seconds."""
+
+    def step_time_s(self, batch: StepBatch) -> float:
+        """Duration of a step that computes ``batch``; must be > 0 for a non-empty batch."""
+        ...

@@ -1,0 +1,36 @@
+"""What a workload generator hands the engine: one row per request, as arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RequestSpecs:
+    """The requests of a run, before simulation.
+
+    ``arrival_s`` is the arrival time of each request in seconds from the start, sorted
+    ascending; under a closed loop (``closed_loop_concurrency`` set) it is NaN and the
+    engine releases request i when an earlier one finishes. ``hash_ids`` optionally gives
+    each request's prompt as a sequence of block hashes (Mooncake traces) for prefix caching.
+    """
+
+    arrival_s: np.ndarray  # float64, seconds
+    prompt_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+    closed_loop_concurrency: int | None = None
+    hash_ids: tuple[tuple[int, ...], ...] | None = None
+    source: str = "synthetic"
+    meta: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.prompt_tokens)
+        if len(self.arrival_s) != n or len(self.output_tokens) != n:
+            raise ValueError("arrival_s, prompt_tokens and output_tokens must have equal length")
+        if self.hash_ids is not None and len(self.hash_ids) != n:
+            raise ValueError("hash_ids must have one entry per request")
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
