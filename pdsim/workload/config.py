@@ -1,45 +1,345 @@
-"""Workload section of the config: arrivals and lengths (extended by the workload module)."""
+"""Workload section of the config: arrival processes, length distributions, trace replay.
+
+Every variant is a frozen strict model selected by its ``kind``. Cross-field rules live in
+``model_validator``s and raise ``ValueError`` with a message that says what to change.
+See docs/workloads.md for a YAML example of every kind.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from pdsim._model import StrictModel
 
+PositiveInt = Annotated[int, Field(ge=1)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+# ------------------------------------------------------------------------- arrivals
+
 
 class PoissonArrivals(StrictModel):
-    """Open-loop Poisson arrivals at ``rate_per_s`` requests per second."""
+    """Open-loop Poisson arrivals: exponential gaps with mean ``1 / rate_per_s`` seconds."""
 
     kind: Literal["poisson"] = "poisson"
-    rate_per_s: Annotated[float, Field(gt=0)]
+    rate_per_s: PositiveFloat
+
+    @property
+    def gap_cv(self) -> float:
+        """Coefficient of variation of the inter-arrival gaps."""
+        return 1.0
 
 
-Arrivals = Annotated[PoissonArrivals, Field(discriminator="kind")]
+class GammaArrivals(StrictModel):
+    """Open-loop renewal arrivals with gamma gaps: mean ``1 / rate_per_s``, burstiness by CV.
+
+    Give exactly one of ``cv`` (coefficient of variation of the gaps; 1 is Poisson, > 1
+    bursty, < 1 smoother) or ``burstiness`` (vLLM ``bench serve --burstiness``, the gamma
+    shape; ``cv = 1 / sqrt(burstiness)``).
+    """
+
+    kind: Literal["gamma"] = "gamma"
+    rate_per_s: PositiveFloat
+    cv: PositiveFloat | None = None
+    burstiness: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> GammaArrivals:
+        if (self.cv is None) == (self.burstiness is None):
+            raise ValueError("gamma arrivals need exactly one of cv or burstiness "
+                             "(cv = 1 / sqrt(burstiness))")
+        return self
+
+    @property
+    def shape(self) -> float:
+        """Gamma shape k of the gaps (vLLM's burstiness); the scale is ``1 / (k * rate)``."""
+        if self.burstiness is not None:
+            return self.burstiness
+        assert self.cv is not None
+        return 1.0 / (self.cv * self.cv)
+
+    @property
+    def gap_cv(self) -> float:
+        return 1.0 / math.sqrt(self.shape)
+
+
+class ConstantArrivals(StrictModel):
+    """Deterministic arrivals every ``1 / rate_per_s`` seconds (the first at one gap)."""
+
+    kind: Literal["constant"] = "constant"
+    rate_per_s: PositiveFloat
+
+    @property
+    def gap_cv(self) -> float:
+        return 0.0
+
+
+class ClosedLoopArrivals(StrictModel):
+    """A closed loop of ``concurrency`` clients (``vllm bench serve --max-concurrency``).
+
+    No arrival times are drawn: the engine starts ``concurrency`` requests at once and
+    releases the next request each time one finishes.
+    """
+
+    kind: Literal["closed_loop"] = "closed_loop"
+    concurrency: PositiveInt
+
+
+Arrivals = Annotated[
+    PoissonArrivals | GammaArrivals | ConstantArrivals | ClosedLoopArrivals,
+    Field(discriminator="kind"),
+]
+
+# -------------------------------------------------------------------------- lengths
 
 
 class FixedLength(StrictModel):
     """Every request has exactly ``tokens`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
-    tokens: Annotated[int, Field(ge=1)]
+    tokens: PositiveInt
+
+    @property
+    def expected_tokens(self) -> float:
+        return float(self.tokens)
 
 
-LengthDist = Annotated[FixedLength, Field(discriminator="kind")]
+class UniformLength(StrictModel):
+    """vLLM's random dataset: integers uniform in ``[low, high]`` inclusive.
+
+    ``low = max(1, floor(mean_tokens * (1 - range_ratio)))`` and
+    ``high = max(1, ceil(mean_tokens * (1 + range_ratio)))``, computed in floating point
+    exactly as vLLM's ``RandomDataset.get_sampling_params`` does.
+    """
+
+    kind: Literal["uniform"] = "uniform"
+    mean_tokens: PositiveInt
+    range_ratio: Annotated[float, Field(ge=0, lt=1)]
+
+    @property
+    def low_tokens(self) -> int:
+        return max(1, math.floor(self.mean_tokens * (1 - self.range_ratio)))
+
+    @property
+    def high_tokens(self) -> int:
+        return max(1, math.ceil(self.mean_tokens * (1 + self.range_ratio)))
+
+    @property
+    def expected_tokens(self) -> float:
+        return (self.low_tokens + self.high_tokens) / 2.0
+
+
+class _SpreadLength(StrictModel):
+    """Mean and spread in tokens; the spread is ``std_tokens`` or ``cv`` (exactly one, > 0;
+    use ``fixed`` for no spread).
+
+    Draws are rounded to the nearest integer and clipped to ``[1, max_tokens]``; clipping
+    moves the realised mean away from ``mean_tokens`` when much mass lies outside.
+    """
+
+    kind: Literal["normal", "lognormal"]
+    mean_tokens: PositiveFloat
+    std_tokens: PositiveFloat | None = None
+    cv: PositiveFloat | None = None
+    max_tokens: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _one_spread(self) -> _SpreadLength:
+        if (self.std_tokens is None) == (self.cv is None):
+            raise ValueError("give exactly one of std_tokens or cv (cv = std_tokens / "
+                             "mean_tokens)")
+        if self.max_tokens is not None and self.max_tokens < self.mean_tokens:
+            raise ValueError(f"max_tokens ({self.max_tokens}) is below mean_tokens "
+                             f"({self.mean_tokens})")
+        return self
+
+    @property
+    def sigma_tokens(self) -> float:
+        """The standard deviation in tokens, whichever way it was given."""
+        if self.std_tokens is not None:
+            return self.std_tokens
+        assert self.cv is not None
+        return self.cv * self.mean_tokens
+
+    @property
+    def expected_tokens(self) -> float:
+        """The mean before rounding and clipping."""
+        return self.mean_tokens
+
+
+class NormalLength(_SpreadLength):
+    """Normal with ``mean_tokens`` and ``std_tokens`` (or ``cv``), rounded and clipped."""
+
+    kind: Literal["normal"] = "normal"
+
+
+class LognormalLength(_SpreadLength):
+    """Lognormal whose own mean and std are ``mean_tokens`` and ``std_tokens`` (or ``cv``).
+
+    The underlying normal has ``sigma^2 = ln(1 + cv^2)`` and ``mu = ln(mean) - sigma^2/2``.
+    """
+
+    kind: Literal["lognormal"] = "lognormal"
+
+    @property
+    def log_sigma(self) -> float:
+        cv = self.sigma_tokens / self.mean_tokens
+        return math.sqrt(math.log1p(cv * cv))
+
+    @property
+    def log_mu(self) -> float:
+        return math.log(self.mean_tokens) - self.log_sigma ** 2 / 2.0
+
+
+class EmpiricalLength(StrictModel):
+    """A histogram: ``values`` + ``weights``, or ``bin_edges`` + ``weights``.
+
+    With ``values``, a draw is ``values[i]`` with probability ``weights[i] / sum(weights)``.
+    With ``bin_edges`` (integers, strictly increasing, first >= 1), bin i holds the
+    integers ``bin_edges[i] <= x < bin_edges[i + 1]``, drawn uniformly within the bin.
+    """
+
+    kind: Literal["empirical"] = "empirical"
+    values: tuple[PositiveInt, ...] | None = None
+    bin_edges: tuple[PositiveInt, ...] | None = None
+    weights: tuple[Weight, ...]
+
+    @model_validator(mode="after")
+    def _check(self) -> EmpiricalLength:
+        if (self.values is None) == (self.bin_edges is None):
+            raise ValueError("give exactly one of values or bin_edges (with weights)")
+        if self.values is not None and len(self.values) != len(self.weights):
+            raise ValueError(f"values has {len(self.values)} entries and weights "
+                             f"{len(self.weights)}: give one weight per value")
+        if self.bin_edges is not None:
+            if len(self.bin_edges) != len(self.weights) + 1:
+                raise ValueError(f"bin_edges has {len(self.bin_edges)} entries and weights "
+                                 f"{len(self.weights)}: give one more edge than weights")
+            if any(b <= a for a, b in zip(self.bin_edges, self.bin_edges[1:], strict=False)):
+                raise ValueError("bin_edges must be strictly increasing")
+        if not self.weights or not sum(self.weights) > 0:
+            raise ValueError("weights must sum to more than 0")
+        return self
+
+    @property
+    def probabilities(self) -> tuple[float, ...]:
+        total = math.fsum(self.weights)
+        return tuple(w / total for w in self.weights)
+
+    @property
+    def expected_tokens(self) -> float:
+        p = self.probabilities
+        if self.values is not None:
+            return math.fsum(pi * v for pi, v in zip(p, self.values, strict=True))
+        assert self.bin_edges is not None
+        mids = [(lo + hi - 1) / 2.0 for lo, hi in zip(self.bin_edges, self.bin_edges[1:],
+                                                      strict=False)]
+        return math.fsum(pi * m for pi, m in zip(p, mids, strict=True))
+
+
+LengthDist = Annotated[
+    FixedLength | UniformLength | NormalLength | LognormalLength | EmpiricalLength,
+    Field(discriminator="kind"),
+]
+
+# ---------------------------------------------------------------------------- traces
+
+
+class _TraceBase(StrictModel):
+    """Replay of a recorded trace; arrivals and lengths come from the file.
+
+    ``path`` is relative to the current directory, or ``pkg:<path>`` for pdsim's shipped
+    data (``pkg:traces/mooncake_sample.jsonl``). Rows whose time since the first row is
+    below ``start_offset_s`` (trace seconds) are skipped; then at most ``max_requests``
+    rows are kept; the first kept row arrives at 0 and later gaps are multiplied by
+    ``time_scale`` (0.5 halves them), or scaled so the mean rate is ``target_rate_per_s``.
+    Timestamps that go backwards are an error (``unsorted: error``) or sorted stably
+    (``unsorted: sort``). A row with 0 input or output tokens is an error unless
+    ``skip_zero_length`` drops it.
+    """
+
+    kind: Literal["mooncake", "azure"]
+    path: Annotated[str, Field(min_length=1)]
+    time_scale: PositiveFloat | None = None
+    target_rate_per_s: PositiveFloat | None = None
+    start_offset_s: NonNegFloat = 0.0
+    max_requests: PositiveInt | None = None
+    unsorted: Literal["error", "sort"] = "error"
+    skip_zero_length: bool = False
+
+    @model_validator(mode="after")
+    def _one_scaling(self) -> _TraceBase:
+        if self.time_scale is not None and self.target_rate_per_s is not None:
+            raise ValueError("give time_scale or target_rate_per_s, not both")
+        return self
+
+
+class MooncakeTrace(_TraceBase):
+    """Mooncake JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``.
+
+    ``hash_ids`` are the prompt's block hashes, one per ``hash_block_tokens`` tokens
+    (512 in the Mooncake traces); they are passed on for prefix caching.
+    """
+
+    kind: Literal["mooncake"] = "mooncake"
+    hash_block_tokens: PositiveInt = 512
+
+
+class AzureTrace(_TraceBase):
+    """Azure LLM inference CSV: ``TIMESTAMP`` (datetime), ``ContextTokens``,
+    ``GeneratedTokens``."""
+
+    kind: Literal["azure"] = "azure"
+
+
+Trace = Annotated[MooncakeTrace | AzureTrace, Field(discriminator="kind")]
+
+# -------------------------------------------------------------------------- workload
 
 
 class WorkloadConfig(StrictModel):
-    """Which requests arrive, when, and how long their prompts and outputs are."""
+    """Which requests arrive, when, and how long their prompts and outputs are.
 
-    num_requests: Annotated[int, Field(ge=1)] | None = 200
-    duration_s: Annotated[float, Field(gt=0)] | None = None
+    Synthetic workloads stop after ``num_requests`` requests or at ``duration_s`` seconds,
+    whichever comes first. With a ``trace``, arrivals and lengths come from the trace
+    (``num_requests`` defaults to null there; cap the trace with ``trace.max_requests``),
+    ``duration_s`` still cuts the replay, and ``arrivals`` is consulted only when it is
+    ``closed_loop`` (the trace's requests are then released at that concurrency).
+    """
+
+    num_requests: PositiveInt | None = 200
+    duration_s: PositiveFloat | None = None
     arrivals: Arrivals = PoissonArrivals(rate_per_s=4.0)
     prompt_tokens: LengthDist = FixedLength(tokens=1024)
     output_tokens: LengthDist = FixedLength(tokens=256)
+    trace: Trace | None = None
 
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadConfig:
+        closed = isinstance(self.arrivals, ClosedLoopArrivals)
+        if closed and self.duration_s is not None:
+            raise ValueError("duration_s does not apply to closed_loop arrivals (their times "
+                             "depend on the engine); bound the run with num_requests")
+        if self.trace is not None:
+            if "num_requests" not in self.model_fields_set:
+                # A trace bounds itself: the synthetic default of 200 must not cut it. (Set
+                # here, not in a "before" validator, which would make JSON input lose
+                # strict list -> tuple validation.)
+                object.__setattr__(self, "num_requests", None)
+            if self.num_requests is not None:
+                raise ValueError("with a trace, cap the number of requests with "
+                                 "trace.max_requests, not num_requests")
+            if closed and (self.trace.time_scale is not None
+                           or self.trace.target_rate_per_s is not None):
+                raise ValueError("time_scale and target_rate_per_s have no effect under "
+                                 "closed_loop arrivals; remove them")
+            return self
         if self.num_requests is None and self.duration_s is None:
             raise ValueError("give num_requests or duration_s (or both)")
+        if closed and self.num_requests is None:
+            raise ValueError("closed_loop arrivals need num_requests")
         return self

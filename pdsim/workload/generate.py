@@ -5,32 +5,36 @@ from __future__ import annotations
 import numpy as np
 
 from pdsim.rng import RandomStreams
+from pdsim.workload.arrivals import arrival_times
 from pdsim.workload.base import RequestSpecs
-from pdsim.workload.config import FixedLength, WorkloadConfig
+from pdsim.workload.config import ClosedLoopArrivals, WorkloadConfig
+from pdsim.workload.lengths import sample_lengths
+from pdsim.workload.traces import replay_trace
 
-
-def _lengths(dist: FixedLength, n: int, rng: np.random.Generator) -> np.ndarray:
-    return np.full(n, dist.tokens, dtype=np.int64)
+ARRIVALS_STREAM = "arrivals"
+PROMPT_STREAM = "lengths.prompt"
+OUTPUT_STREAM = "lengths.output"
 
 
 def generate_requests(cfg: WorkloadConfig, streams: RandomStreams) -> RequestSpecs:
-    """Draw the run's requests: arrivals from stream ``arrivals``, lengths from ``lengths``."""
-    rng_arr = streams.fresh("arrivals")
-    rng_len = streams.fresh("lengths")
-    rate = cfg.arrivals.rate_per_s
-    if cfg.num_requests is not None:
-        n = cfg.num_requests
-        arrivals = np.cumsum(rng_arr.exponential(1.0 / rate, size=n))
-        if cfg.duration_s is not None:
-            arrivals = arrivals[arrivals <= cfg.duration_s]
-            n = len(arrivals)
-    else:
-        assert cfg.duration_s is not None
-        est = int(rate * cfg.duration_s * 1.5) + 16
-        arrivals = np.cumsum(rng_arr.exponential(1.0 / rate, size=est))
-        arrivals = arrivals[arrivals <= cfg.duration_s]
-        n = len(arrivals)
-    prompt = _lengths(cfg.prompt_tokens, n, rng_len)
-    output = _lengths(cfg.output_tokens, n, rng_len)
-    return RequestSpecs(arrival_s=arrivals.astype(np.float64), prompt_tokens=prompt,
-                        output_tokens=output)
+    """The run's requests.
+
+    With ``cfg.trace`` the trace is replayed (no randomness). Otherwise arrival times come
+    from stream ``arrivals``, prompt lengths from ``lengths.prompt`` and output lengths
+    from ``lengths.output``, each a fresh generator, so changing one distribution never
+    shifts another's draws. Raises ``InputFileError`` for an unreadable or malformed trace.
+    """
+    closed = cfg.arrivals if isinstance(cfg.arrivals, ClosedLoopArrivals) else None
+    concurrency = closed.concurrency if closed is not None else None
+    if cfg.trace is not None:
+        return replay_trace(cfg.trace, duration_s=cfg.duration_s,
+                            closed_loop_concurrency=concurrency)
+    arrival_s = arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s,
+                              streams.fresh(ARRIVALS_STREAM))
+    n = len(arrival_s)
+    prompt = sample_lengths(cfg.prompt_tokens, n, streams.fresh(PROMPT_STREAM))
+    output = sample_lengths(cfg.output_tokens, n, streams.fresh(OUTPUT_STREAM))
+    return RequestSpecs(arrival_s=arrival_s.astype(np.float64, copy=False),
+                        prompt_tokens=prompt, output_tokens=output,
+                        closed_loop_concurrency=concurrency,
+                        meta={"arrivals": cfg.arrivals.kind})
