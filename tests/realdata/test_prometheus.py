@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "real"
 
 
-def exposition(series: dict[tuple[str, str], tuple[int, int, int, tuple[int, ...]]],
+def exposition(series: Mapping[tuple[str, str], tuple[int, int, int, tuple[int, ...]]],
                *, suffix: str = "_total", created: bool = True) -> str:
     """Text as prometheus_client writes it: HELP/TYPE lines, _total samples, _created."""
     out = ["# a comment line that is not HELP or TYPE",
@@ -41,7 +42,9 @@ def exposition(series: dict[tuple[str, str], tuple[int, int, int, tuple[int, ...
         out.append(f"# TYPE {name}{suffix} counter")
         for (model, engine), counts in series.items():
             lbl = f'engine="{engine}",model_name="{model}"'
-            out.append(f"{name}{suffix}{{{lbl}}} {float(counts[k])}")
+            value = counts[k]
+            assert isinstance(value, int)
+            out.append(f"{name}{suffix}{{{lbl}}} {float(value)}")
             if created:
                 out.append(f"{name}_created{{{lbl}}} 1.7e9")
     pp = "vllm:spec_decode_num_accepted_tokens_per_pos"
@@ -89,7 +92,7 @@ def test_selector_filters_label_sets() -> None:
     assert e0.num_drafts == 150
     one = acceptance_from_scrape(scrape, {"model_name": "a", "engine": "1"})
     assert one.num_drafts == 200 and one.label_sets == ('{engine="1",model_name="a"}',)
-    with pytest.raises(InputFileError, match="no spec-decode series matches.*label sets present"):
+    with pytest.raises(InputFileError, match=r"no spec-decode series matches.*label sets present"):
         acceptance_from_scrape(scrape, {"model_name": "zzz"})
 
 
@@ -115,7 +118,7 @@ def test_new_series_counts_from_zero() -> None:
 def test_counter_reset_is_an_error() -> None:
     after = dict(AFTER)
     after[("a", "1")] = (20, 60, 30, (15, 10, 5))
-    with pytest.raises(InputFileError, match="went down.*counter reset"):
+    with pytest.raises(InputFileError, match=r"went down.*counter reset"):
         acceptance_between(parse_scrape(exposition(BEFORE), "before.txt"),
                            parse_scrape(exposition(after), "after.txt"))
 
@@ -152,7 +155,7 @@ def test_incomplete_series_are_errors() -> None:
     with pytest.raises(InputFileError, match=r'model_name="b"\} lacks .*per_pos'):
         parse_scrape(no_pos)
     gap = text.replace('model_name="b",position="1"', 'model_name="b",position="5"')
-    with pytest.raises(InputFileError, match="positions .*0..N-1"):
+    with pytest.raises(InputFileError, match=r"positions .*0\.\.N-1"):
         parse_scrape(gap)
     frac = text.replace('vllm:spec_decode_num_drafts_total{engine="0",model_name="a"} 100.0',
                         'vllm:spec_decode_num_drafts_total{engine="0",model_name="a"} 100.5')
@@ -202,3 +205,11 @@ def test_shipped_examples_are_reproducible(tmp_path: Path) -> None:
                    check=True, capture_output=True, cwd=ROOT)
     for name in ("metrics_before.txt", "metrics_after.txt", "bench_result.json"):
         assert (tmp_path / name).read_bytes() == (EXAMPLES / name).read_bytes(), name
+
+
+def test_concatenated_scrapes_sum_identical_label_sets() -> None:
+    single = acceptance_from_scrape(parse_scrape(exposition(BEFORE)))
+    both = acceptance_from_scrape(parse_scrape(exposition(BEFORE) + exposition(BEFORE)))
+    assert both.num_drafts == 2 * single.num_drafts
+    assert both.accepted_per_pos == tuple(2 * c for c in single.accepted_per_pos)
+    assert both.acceptance_length == pytest.approx(single.acceptance_length)
