@@ -1,0 +1,175 @@
+"""Shipped hardware and model profiles (package data) and what the root config needs.
+
+Profiles live in ``pdsim/data/hardware/<name>.yaml`` and ``pdsim/data/models/<name>.yaml``.
+A config names one (``hardware: h100-sxm``) or gives the spec inline as a mapping; both
+load through ``load_hardware`` / ``load_model_architecture``. ``model_config_fields``
+turns an architecture into the fields of pdsim's ``ModelConfig`` (KV layout and drafter),
+so ``model: {profile: deepseek-v3}`` needs nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from pdsim.errors import ConfigError
+from pdsim.perf.architecture import (
+    AttentionMixer,
+    DType,
+    GatedDeltaNetMixer,
+    Mamba2Mixer,
+    MLAMixer,
+    ModelArchitecture,
+    drafter_kv_bytes_per_token,
+    kv_bytes_per_token_per_layer,
+    state_bytes_per_layer,
+)
+from pdsim.perf.hardware import HardwareSpec
+
+_PACKAGE = "pdsim"
+
+
+def _names(kind: str) -> list[str]:
+    folder = resources.files(_PACKAGE).joinpath("data").joinpath(kind)
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def hardware_names() -> list[str]:
+    """Names of the shipped hardware profiles."""
+    return _names("hardware")
+
+
+def model_names() -> list[str]:
+    """Names of the shipped model profiles."""
+    return _names("models")
+
+
+def _validate(cls: type[BaseModel], data: Any, path: str) -> Any:
+    # JSON mode, like the root config: YAML lists become tuples, ints become floats
+    try:
+        return cls.model_validate_json(json.dumps(data))
+    except ValidationError as exc:
+        issues = [(".".join([path, *(str(p) for p in e["loc"] if not str(p).startswith(
+            ("function-", "tagged")))]).strip("."), str(e["msg"]).removeprefix(
+                "Value error, ")) for e in exc.errors(include_url=False)]
+        raise ConfigError(path, issues=issues) from None
+
+
+def _check_name(kind: str, name: str, path: str) -> None:
+    known = _names(kind)
+    if name not in known:
+        what = "hardware" if kind == "hardware" else "model"
+        raise ConfigError(path, f"unknown {what} profile {name!r}; shipped: "
+                                f"{', '.join(known)} (or give the spec inline as a mapping)")
+
+
+@lru_cache(maxsize=64)
+def _load_named(kind: str, name: str) -> Any:
+    # profiles are immutable package data: caching the frozen result shares nothing mutable
+    folder = resources.files(_PACKAGE).joinpath("data").joinpath(kind)
+    text = folder.joinpath(f"{name}.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    cls: type[BaseModel] = HardwareSpec if kind == "hardware" else ModelArchitecture
+    return _validate(cls, data, f"pdsim/data/{kind}/{name}.yaml")
+
+
+def load_hardware(name_or_spec: str | HardwareSpec | Mapping[str, Any],
+                  path: str = "step_time.hardware") -> HardwareSpec:
+    """A hardware profile by shipped name, or the given spec (a mapping is validated).
+
+    Raises ``ConfigError`` naming the shipped profiles when the name is unknown.
+    """
+    if isinstance(name_or_spec, HardwareSpec):
+        return name_or_spec
+    if isinstance(name_or_spec, str):
+        _check_name("hardware", name_or_spec, path)
+        spec: HardwareSpec = _load_named("hardware", name_or_spec)
+        return spec
+    out: HardwareSpec = _validate(HardwareSpec, dict(name_or_spec), path)
+    return out
+
+
+def load_model_architecture(name_or_arch: str | ModelArchitecture | Mapping[str, Any],
+                            path: str = "step_time.model") -> ModelArchitecture:
+    """A model profile by shipped name, or the given architecture (a mapping is validated).
+
+    Raises ``ConfigError`` naming the shipped profiles when the name is unknown.
+    """
+    if isinstance(name_or_arch, ModelArchitecture):
+        return name_or_arch
+    if isinstance(name_or_arch, str):
+        _check_name("models", name_or_arch, path)
+        arch: ModelArchitecture = _load_named("models", name_or_arch)
+        return arch
+    out: ModelArchitecture = _validate(ModelArchitecture, dict(name_or_arch), path)
+    return out
+
+
+def with_dtypes(arch: ModelArchitecture, *, weight_dtype: DType | None = None,
+                expert_weight_dtype: DType | None = None,
+                kv_cache_dtype: DType | None = None,
+                activation_dtype: DType | None = None) -> ModelArchitecture:
+    """``arch`` with the given dtypes replacing the profile's (``None`` keeps them).
+
+    Overriding ``weight_dtype`` alone also moves the experts to it.
+    """
+    update: dict[str, Any] = {}
+    if weight_dtype is not None:
+        update["weight_dtype"] = weight_dtype
+        update["expert_weight_dtype"] = expert_weight_dtype
+    elif expert_weight_dtype is not None:
+        update["expert_weight_dtype"] = expert_weight_dtype
+    if kv_cache_dtype is not None:
+        update["kv_cache_dtype"] = kv_cache_dtype
+    if activation_dtype is not None:
+        update["activation_dtype"] = activation_dtype
+    return arch.model_copy(update=update) if update else arch
+
+
+def model_config_fields(arch: str | ModelArchitecture | Mapping[str, Any],
+                        kv_cache_dtype: DType | None = None,
+                        path: str = "model.profile") -> dict[str, Any]:
+    """The fields of pdsim's ``ModelConfig`` that the architecture determines.
+
+    Returns ``name``, ``layer_groups`` (one dict per distinct layer layout: ``kind``
+    attention | sliding_window | mamba, ``num_layers``, ``kv_bytes_per_token_per_layer``,
+    ``window_tokens``, ``state_bytes_per_layer``; whole-model bytes, not per GPU),
+    ``num_mtp_modules`` (MTP modules shipped; 0 for EAGLE heads and no drafter),
+    ``mtp_kv_bytes_per_token_per_module`` (KV of one drafter module, MTP or EAGLE) and
+    ``max_model_len``. Layers without a token mixer hold no cache and are left out.
+    """
+    a = load_model_architecture(arch, path)
+    if kv_cache_dtype is not None:
+        a = with_dtypes(a, kv_cache_dtype=kv_cache_dtype)
+    groups: dict[tuple[str, int, int | None, int], int] = {}
+    for b in a.blocks:
+        m = b.mixer
+        if isinstance(m, AttentionMixer | MLAMixer):
+            kv = round(kv_bytes_per_token_per_layer(m, a.kv_cache_dtype))
+            window = m.sliding_window_tokens if isinstance(m, AttentionMixer) else None
+            key = ("sliding_window" if window is not None else "attention", kv, window, 0)
+        elif isinstance(m, Mamba2Mixer | GatedDeltaNetMixer):
+            key = ("mamba", 0, None, round(state_bytes_per_layer(m, a.state_dtype)))
+        else:
+            continue
+        groups[key] = groups.get(key, 0) + b.num_layers
+    layer_groups = [
+        {"kind": kind, "num_layers": n, "kv_bytes_per_token_per_layer": kv,
+         "window_tokens": window, "state_bytes_per_layer": state}
+        for (kind, kv, window, state), n in groups.items()
+    ]
+    d = a.drafter
+    return {
+        "name": a.name,
+        "layer_groups": layer_groups,
+        "num_mtp_modules": d.num_modules if d is not None and d.kind == "mtp" else 0,
+        "mtp_kv_bytes_per_token_per_module": round(drafter_kv_bytes_per_token(a)),
+        "max_model_len": a.max_model_len,
+    }

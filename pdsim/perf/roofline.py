@@ -1,0 +1,278 @@
+"""Roofline step time: per operator group, max(FLOPs / peak, bytes / bandwidth), summed.
+
+Operator groups of one forward pass (per GPU of the instance):
+
+- dense linear layers (attention projections, dense MLPs, shared experts, routers, LM
+  head): FLOPs ``2 x params`` per token, weights read once per step;
+- routed experts: FLOPs ``2 x top_k x expert params`` per token, weight bytes of the
+  experts the batch touches (``expected_experts_touched``);
+- attention, per layer group: FLOPs per (query, key) pair, KV bytes read and written;
+  prefill and decode are separate kernels;
+- recurrent layers (Mamba-2, Gated DeltaNet): state-update FLOPs, state read and write
+  per decoding request;
+- communication: a ring all-reduce of the hidden state after every TP-sliced sublayer,
+  all-to-all dispatch and combine around expert-parallel MoE layers.
+
+The drafter adds its forwards: the first over every position the target computed this
+step (the verified positions and the prefill chunk), further ones of one token per
+decoding request (N passes in all), plus, for multi-module MTP, every module over the
+prefill and repair positions. Everything is precomputed into seconds-per-unit
+coefficients in ``__init__`` so ``step_time_s`` is plain float arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pdsim.errors import ConfigError
+from pdsim.perf.architecture import (
+    DTYPE_BYTES,
+    GEMM_PRECISION,
+    AnyFFN,
+    AnyMixer,
+    AttentionMixer,
+    DenseFFN,
+    MLAMixer,
+    ModelArchitecture,
+    MoEFFN,
+    NoMixer,
+    attention_flops_per_pair,
+    expert_params,
+    ffn_dense_params,
+    kv_bytes_per_token_per_layer,
+    mixer_params,
+    recurrent_flops_per_token,
+    state_bytes_per_layer,
+)
+from pdsim.perf.base import StepBatch
+from pdsim.perf.config import RooflineStepTimeConfig
+from pdsim.perf.hardware import HardwareSpec
+
+Layer = tuple[int, AnyMixer, AnyFFN]  # (num_layers, mixer, ffn)
+
+
+class _Stack:
+    """Per-GPU cost coefficients of one forward through some layers (+ an LM head)."""
+
+    __slots__ = (
+        "a2a_count",
+        "a2a_s_per_token",
+        "ar_count",
+        "ar_s_per_token",
+        "attn",
+        "collective_latency_s",
+        "dense_s_per_token",
+        "dense_weight_s",
+        "fixed_s",
+        "lm_s_per_token",
+        "lm_weight_s",
+        "moe",
+        "rec_s_per_token",
+        "state_s_per_request",
+    )
+
+    def __init__(self, arch: ModelArchitecture, hw: HardwareSpec,
+                 cfg: RooflineStepTimeConfig, layers: Sequence[Layer], *,
+                 weight_dtype: str, expert_dtype: str, lm_head_rows: int,
+                 replicated_params: float, fixed_s: float) -> None:
+        tp, ep = cfg.tensor_parallel_size, cfg.expert_parallel_size
+        shard = ep if ep > 1 else tp
+        h = arch.hidden_size
+        bw = hw.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
+        gemm = hw.peak_flops(GEMM_PRECISION[weight_dtype]) * cfg.compute_efficiency
+        gemm_e = (hw.peak_flops(GEMM_PRECISION[expert_dtype]) * cfg.compute_efficiency
+                  * cfg.moe_efficiency)
+        bw_e = bw * cfg.moe_efficiency
+        attn_peak = hw.peak_flops("bf16") * cfg.attention_efficiency
+        w, we = DTYPE_BYTES[weight_dtype], DTYPE_BYTES[expert_dtype]
+        act = DTYPE_BYTES[arch.activation_dtype]
+
+        dense_params = replicated_params
+        moe: dict[tuple[int, int, float], list[float]] = {}
+        attn: list[tuple[float, float, float, float]] = []
+        rec_flops = state_bytes = 0.0
+        allreduces = alltoalls = 0
+        for n, mixer, ffn in layers:
+            _, mixer_gpu = mixer_params(mixer, h, tp)
+            router = float(h * ffn.num_experts) if isinstance(ffn, MoEFFN) else 0.0
+            shared = ffn_dense_params(ffn, h) - router
+            dense_params += n * (mixer_gpu + shared / tp + router)
+            if isinstance(ffn, MoEFFN):
+                eb = expert_params(ffn, h)
+                key = (ffn.num_experts, ffn.top_k, eb)
+                moe.setdefault(key, [0.0])[0] += n
+            if isinstance(mixer, AttentionMixer | MLAMixer):
+                window = (float(mixer.sliding_window_tokens or 0)
+                          if isinstance(mixer, AttentionMixer) else 0.0)
+                kv = kv_bytes_per_token_per_layer(mixer, arch.kv_cache_dtype, tp)
+                attn.append((
+                    window,
+                    n * attention_flops_per_pair(mixer, decode=False) / tp / attn_peak,
+                    n * attention_flops_per_pair(mixer, decode=True) / tp / attn_peak,
+                    n * kv / bw,
+                ))
+            rec_flops += n * recurrent_flops_per_token(mixer) / tp
+            state_bytes += n * state_bytes_per_layer(mixer, arch.state_dtype, tp)
+            if not isinstance(mixer, NoMixer):
+                allreduces += n
+            if isinstance(ffn, MoEFFN) and ep > 1:
+                alltoalls += n
+            elif isinstance(ffn, DenseFFN | MoEFFN):
+                allreduces += n
+
+        self.dense_s_per_token = 2.0 * dense_params / gemm
+        self.dense_weight_s = dense_params * w / bw
+        emb = DTYPE_BYTES[arch.embedding_dtype]
+        lm_gemm = hw.peak_flops(GEMM_PRECISION[arch.embedding_dtype]) * cfg.compute_efficiency
+        self.lm_s_per_token = 2.0 * lm_head_rows * h / tp / lm_gemm
+        self.lm_weight_s = lm_head_rows * h * emb / tp / bw
+        self.moe = tuple(
+            (n * (e / shard) * eb * we / bw_e,          # seconds to read every local expert
+             math.log1p(-k / e) if k < e else -math.inf,
+             shard / tp,                                 # tokens routed in the EP group / T
+             n * 2.0 * k * eb / tp / gemm_e)             # compute seconds per token
+            for (e, k, eb), (n,) in moe.items())
+        self.attn = tuple(attn)
+        self.rec_s_per_token = rec_flops / attn_peak
+        self.state_s_per_request = 2.0 * state_bytes / bw  # read and write back
+        lat = cfg.collective_latency_s
+        self.collective_latency_s = lat
+        self.ar_count = allreduces if tp > 1 else 0
+        self.ar_s_per_token = (h * act * 2.0 * (tp - 1) / tp
+                               / (hw.link_bandwidth_bytes_per_s(tp)
+                                  * cfg.communication_efficiency)) if tp > 1 else 0.0
+        self.a2a_count = 2 * alltoalls if ep > 1 else 0
+        top_k = max((k for (_, k, _) in moe), default=0)
+        self.a2a_s_per_token = (top_k * h * act * (ep - 1) / ep / tp
+                                / (hw.link_bandwidth_bytes_per_s(ep)
+                                   * cfg.communication_efficiency)) if ep > 1 else 0.0
+        self.fixed_s = fixed_s
+
+    def time_s(self, tokens: float, logit_tokens: float, prefill_tokens: float,
+               prefill_pairs: float, decode_requests: float, decode_queries: float,
+               decode_context: float) -> float:
+        """Seconds of one forward over ``tokens`` positions (> 0)."""
+        t = self.fixed_s + max(tokens * self.dense_s_per_token
+                               + logit_tokens * self.lm_s_per_token,
+                               self.dense_weight_s + self.lm_weight_s)
+        for weights_s, log_miss, group_scale, compute_s in self.moe:
+            touched = -math.expm1(tokens * group_scale * log_miss)
+            t += max(tokens * compute_s, weights_s * touched)
+        if prefill_tokens:
+            mean_pairs = prefill_pairs / prefill_tokens
+            kv_read = mean_pairs + 0.5 * prefill_tokens  # exact for one chunk
+            for window, prefill_s, _, kv_s in self.attn:
+                pairs, read = prefill_pairs, kv_read
+                if window:
+                    pairs = min(pairs, prefill_tokens * window)
+                    read = min(read, window + prefill_tokens)
+                t += max(pairs * prefill_s, (read + prefill_tokens) * kv_s)
+        if decode_requests:
+            mean_ctx = decode_context / decode_requests
+            for window, _, decode_s, kv_s in self.attn:
+                ctx = min(mean_ctx, window) if window else mean_ctx
+                t += max(decode_queries * ctx * decode_s,
+                         (decode_requests * ctx + decode_queries) * kv_s)
+        if self.rec_s_per_token:
+            t += max(tokens * self.rec_s_per_token,
+                     decode_requests * self.state_s_per_request)
+        if self.ar_count:
+            t += self.ar_count * (self.collective_latency_s + tokens * self.ar_s_per_token)
+        if self.a2a_count:
+            t += self.a2a_count * (self.collective_latency_s + tokens * self.a2a_s_per_token)
+        return t
+
+
+class RooflineStepTime:
+    """The roofline ``StepTimeModel`` of one instance (see the module docstring).
+
+    ``draft_passes_decode``: sequential drafter passes per decode step (N for MTP/EAGLE,
+    0 without a GPU drafter); ``draft_modules_prefill``: drafter modules that process each
+    prefill (and repair) token (N for multi-module MTP, 1 for one module or head).
+    """
+
+    __slots__ = (
+        "_draft",
+        "_draft_modules",
+        "_draft_pass_s",
+        "_draft_passes",
+        "_empty_s",
+        "_target",
+        "arch",
+        "hardware",
+    )
+
+    def __init__(self, cfg: RooflineStepTimeConfig, draft_passes_decode: int = 0,
+                 draft_modules_prefill: int = 0) -> None:
+        arch = cfg.resolved_model()
+        hw = cfg.resolved_hardware()
+        self.arch, self.hardware = arch, hw
+        wd = arch.weight_dtype
+        we = arch.expert_weight_dtype or wd
+        layers = [(b.num_layers, b.mixer, b.ffn) for b in arch.blocks]
+        head_rows = arch.vocab_size
+        self._target = _Stack(
+            arch, hw, cfg, layers, weight_dtype=wd, expert_dtype=we, lm_head_rows=head_rows,
+            replicated_params=0.0,
+            fixed_s=cfg.overhead_s + arch.num_layers * cfg.per_layer_overhead_s)
+        self._empty_s = cfg.overhead_s
+        self._draft_passes = draft_passes_decode
+        self._draft_modules = draft_modules_prefill
+        self._draft: _Stack | None = None
+        self._draft_pass_s = cfg.drafter_pass_overhead_s
+        if draft_passes_decode or draft_modules_prefill:
+            d = arch.drafter
+            if d is None:
+                raise ConfigError("step_time.model", (
+                    f"speculative decoding needs the drafter's shape, but model profile "
+                    f"{arch.name} has no drafter section (mtp or eagle3)"))
+            dwd = d.weight_dtype or wd
+            dwe = d.weight_dtype or we
+            self._draft = _Stack(
+                arch, hw, cfg, [(1, d.mixer, d.ffn)], weight_dtype=dwd, expert_dtype=dwe,
+                lm_head_rows=d.draft_vocab_size or arch.vocab_size,
+                replicated_params=float(d.input_projection_factor * arch.hidden_size ** 2),
+                fixed_s=cfg.drafter_pass_overhead_s + cfg.per_layer_overhead_s)
+
+    def step_time_s(self, batch: StepBatch) -> float:
+        """Seconds of one engine step computing ``batch`` (see the module docstring)."""
+        p = batch.prefill_tokens
+        r = batch.decode_requests
+        q = batch.decode_tokens
+        ctx = batch.decode_context_tokens
+        pairs = batch.prefill_attention_pairs
+        tokens = p + q
+        t = 0.0
+        if tokens:
+            t = self._target.time_s(tokens, q + (1 if p else 0), p, pairs, r, q, ctx)
+        draft = self._draft
+        if draft is None:
+            return t if tokens else self._empty_s
+        pre = p + batch.drafter_repair_tokens
+        passes = self._draft_passes if r else 0
+        modules = self._draft_modules if pre else 0
+        forwards = max(passes, modules)
+        if not forwards:
+            return t if tokens else self._empty_s
+        if not tokens:
+            t = self._empty_s
+        # forward 0: every position the target computed (+ repairs)
+        first_q = q if passes else 0
+        first_r = r if passes else 0
+        first_pre = pre if modules else 0
+        t += draft.time_s(first_q + first_pre, first_r + (1 if p and modules else 0),
+                          first_pre, pairs if modules else 0.0, first_r, first_q,
+                          ctx if passes else 0)
+        # forwards 1 .. modules-1: further modules over the prefill/repair positions, each
+        # also drafting one token per decoding request while passes last
+        both = min(modules, passes) - 1
+        if both > 0:
+            t += both * draft.time_s(r + pre, r + (1 if p else 0), pre, pairs, r, r, ctx)
+        only_pre = modules - max(passes, 1)
+        if only_pre > 0:
+            t += only_pre * draft.time_s(pre, 1 if p else 0, pre, pairs, 0, 0, 0)
+        only_decode = passes - max(modules, 1)
+        if only_decode > 0:
+            t += only_decode * draft.time_s(r, r, 0, 0.0, r, r, ctx)
+        return t
