@@ -1,0 +1,239 @@
+"""The roofline step-time model: closed forms, monotonicity, magnitudes, drafter costs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from pdsim.config import Role
+from pdsim.errors import ConfigError
+from pdsim.loader import config_from_dict
+from pdsim.perf.base import StepBatch
+from pdsim.perf.build import build_step_time_model
+from pdsim.perf.config import RooflineStepTimeConfig
+from pdsim.perf.memory import smallest_fitting_tensor_parallel_size
+from pdsim.perf.profiles import (
+    hardware_names,
+    load_hardware,
+    load_model_architecture,
+    model_config_fields,
+    model_names,
+)
+from pdsim.perf.roofline import RooflineStepTime
+
+
+def decode(batch: int, ctx: int, drafts: int = 0) -> StepBatch:
+    return StepBatch(0, 0.0, batch, batch * (1 + drafts), batch * ctx, 0)
+
+
+def prefill(chunk: int, before: int = 0) -> StepBatch:
+    return StepBatch(chunk, chunk * (before + (chunk + 1) / 2), 0, 0, 0, 0)
+
+
+def model(name: str, hw: str = "h100-sxm", tp: int = 1, passes: int = 0, modules: int = 0,
+          **kw: Any) -> RooflineStepTime:
+    cfg = RooflineStepTimeConfig(model=name, hardware=hw, tensor_parallel_size=tp, **kw)
+    return RooflineStepTime(cfg, passes, modules)
+
+
+def test_small_batch_decode_is_the_weight_read() -> None:
+    """Llama-3.1-8B, batch 1: overheads + (layer weights + LM head) / effective bandwidth
+    + this request's KV read, every other group far below its memory roof."""
+    m = model("llama-3.1-8b")
+    layer_params = 32 * 218_103_808
+    head_params = 128256 * 4096
+    bw = 3350e9 * 0.75
+    weights_s = 2 * (layer_params + head_params) / bw
+    kv_s = (1024 + 1) * 32 * 4096 / bw
+    expected = 1e-3 + 32 * 1e-5 + weights_s + kv_s
+    assert m.step_time_s(decode(1, 1024)) == pytest.approx(expected, rel=1e-9)
+
+
+def test_large_prefill_is_compute_bound() -> None:
+    """Prefill of 8k tokens: 2 x params FLOPs per token at 65% of the bf16 peak, plus
+    causal attention (pairs x 4 x heads x head_dim per layer) at 50%."""
+    m = model("llama-3.1-8b")
+    chunk = 8192
+    gemm_s = 2 * 32 * 218_103_808 * chunk / (989.4e12 * 0.65)
+    head_s = 2 * 128256 * 4096 * 1 / (989.4e12 * 0.65)
+    pairs = chunk * (chunk + 1) / 2
+    attn_s = pairs * 32 * 4 * 32 * 128 / (989.4e12 * 0.5)
+    expected = 1e-3 + 32 * 1e-5 + gemm_s + head_s + attn_s
+    assert m.step_time_s(prefill(chunk)) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("name,hw,tp", [("llama-3.1-8b", "h100-sxm", 1),
+                                        ("deepseek-v3", "h200", 8),
+                                        ("qwen3-next-80b-a3b", "b200", 1),
+                                        ("nemotron-h-8b", "mi300x", 1),
+                                        ("inkling-small", "gb200", 4)])
+def test_step_time_grows_with_batch_and_context(name: str, hw: str, tp: int) -> None:
+    m = model(name, hw, tp)
+    for ctx in (0, 1024, 16384):
+        times = [m.step_time_s(decode(b, ctx)) for b in (1, 2, 8, 32, 128, 512, 2048)]
+        assert times == sorted(times)
+    for b in (1, 64):
+        times = [m.step_time_s(decode(b, c)) for c in (0, 512, 4096, 32768)]
+        assert times == sorted(times)
+    chunks = [m.step_time_s(prefill(c)) for c in (16, 256, 2048, 8192)]
+    assert chunks == sorted(chunks)
+    assert m.step_time_s(prefill(1024, 8192)) > m.step_time_s(prefill(1024))
+
+
+def test_decode_growth_follows_the_roofline() -> None:
+    m = model("llama-3.1-8b")
+    fixed = 1e-3 + 32 * 1e-5
+    # memory-bound: 16x the batch at short context costs little more than the weight read
+    assert m.step_time_s(decode(16, 128)) < 1.1 * m.step_time_s(decode(1, 128))
+    # compute-bound: doubling a very large batch nearly doubles the variable time
+    big = (m.step_time_s(decode(8192, 1)) - fixed) / (m.step_time_s(decode(4096, 1)) - fixed)
+    assert big == pytest.approx(2.0, rel=0.05)
+    # KV reads are linear in context: equal context steps add equal time
+    t = [m.step_time_s(decode(64, c)) for c in (4096, 8192, 12288)]
+    assert t[2] - t[1] == pytest.approx(t[1] - t[0], rel=1e-9)
+    # attention is quadratic in a chunk: between 2x and 4x the time for 2x the tokens
+    ratio = (m.step_time_s(prefill(16384)) - fixed) / (m.step_time_s(prefill(8192)) - fixed)
+    assert 2.0 < ratio < 4.0
+
+
+def test_moe_weight_traffic_follows_experts_touched() -> None:
+    m = model("deepseek-v3", "h200", 8)
+    small = m.step_time_s(decode(16, 512)) - m.step_time_s(decode(1, 512))
+    large = m.step_time_s(decode(256, 512)) - m.step_time_s(decode(241, 512))
+    assert small > 5 * large  # the first tokens pull in new experts, later ones reuse them
+    dense = model("llama-3.1-8b")
+    ratio = dense.step_time_s(decode(16, 512)) / dense.step_time_s(decode(1, 512))
+    assert m.step_time_s(decode(16, 512)) / m.step_time_s(decode(1, 512)) > ratio
+
+
+def test_magnitudes_on_shipped_hardware() -> None:
+    """A 70B-class dense decode step on one H100 is tens of milliseconds."""
+    m70 = model("llama-3.1-70b", "h100-sxm", 1, weight_dtype="fp8")
+    for b in (1, 8, 32, 64):
+        for ctx in (512, 2048, 4096):
+            assert 0.01 < m70.step_time_s(decode(b, ctx)) < 0.1
+    assert 0.3 < m70.step_time_s(prefill(8192)) < 3.0
+    m8 = model("llama-3.1-8b")
+    assert 0.003 < m8.step_time_s(decode(1, 1024)) < 0.02
+    ds = model("deepseek-v3", "h200", 8)
+    assert 0.003 < ds.step_time_s(decode(1, 1024)) < 0.05
+    assert 0.01 < ds.step_time_s(decode(64, 4096)) < 0.2
+    # faster hardware is faster
+    assert model("llama-3.1-8b", "b200").step_time_s(decode(8, 1024)) < \
+        model("llama-3.1-8b", "h100-sxm").step_time_s(decode(8, 1024))
+
+
+@pytest.mark.parametrize("name", sorted(model_names()))
+def test_every_profile_on_every_gpu_is_sane(name: str) -> None:
+    arch = load_model_architecture(name)
+    for hw_name in hardware_names():
+        tp = smallest_fitting_tensor_parallel_size(arch, load_hardware(hw_name))
+        assert tp is not None and tp <= 16  # DeepSeek-V3 on 80 GB H100s needs two nodes
+        m = model(name, hw_name, tp)
+        assert 5e-4 < m.step_time_s(decode(1, 1024)) < 0.2
+        assert 5e-4 < m.step_time_s(prefill(4096)) < 5.0
+
+
+def test_drafter_costs() -> None:
+    plain = model("inkling-small", "b200", 4)
+    mtp1 = model("inkling-small", "b200", 4, passes=1, modules=1)
+    mtp8 = model("inkling-small", "b200", 4, passes=8, modules=8)
+    b = decode(32, 2048)
+    assert plain.step_time_s(b) < mtp1.step_time_s(decode(32, 2048, 1)) \
+        < mtp8.step_time_s(decode(32, 2048, 8))
+    # verifying N+1 positions and drafting N times stays well below N+1 plain steps
+    assert mtp8.step_time_s(decode(32, 2048, 8)) < 3 * plain.step_time_s(b)
+    # multi-module MTP runs every module over the prefill; a reused module runs once
+    reused = model("inkling-small", "b200", 4, passes=8, modules=1)
+    assert mtp8.step_time_s(prefill(4096)) > reused.step_time_s(prefill(4096)) \
+        > plain.step_time_s(prefill(4096))
+    # the standalone repair re-prefills drafter positions
+    repair = StepBatch(0, 0.0, 32, 32 * 9, 32 * 2048, 7)
+    assert mtp8.step_time_s(repair) > mtp8.step_time_s(decode(32, 2048, 8))
+    # EAGLE-3's head is a fraction of the target
+    l8 = model("llama-3.1-8b")
+    eagle = model("llama-3.1-8b", passes=3, modules=1)
+    extra = eagle.step_time_s(decode(8, 1024, 3)) - l8.step_time_s(decode(8, 1024))
+    assert 0 < extra < 0.5 * l8.step_time_s(decode(8, 1024))
+
+
+def test_mixed_batch_between_parts_and_sum() -> None:
+    m = model("llama-3.1-8b")
+    mixed = StepBatch(2048, 2048 * 1024.5, 32, 32, 32 * 4096, 0)
+    p = m.step_time_s(prefill(2048))
+    d = m.step_time_s(decode(32, 4096))
+    assert max(p, d) <= m.step_time_s(mixed) <= p + d
+
+
+def test_parallelism() -> None:
+    one = model("llama-3.1-70b", "h200", 1, weight_dtype="fp8").step_time_s(decode(8, 2048))
+    four = model("llama-3.1-70b", "h200", 4, weight_dtype="fp8").step_time_s(decode(8, 2048))
+    assert four < one / 2  # weight reads split four ways, all-reduces are cheap on NVLink
+    ep = model("deepseek-v3", "h200", 8, expert_parallel_size=8)
+    assert ep.step_time_s(decode(64, 1024)) > 0
+    cross = model("deepseek-v3", "h200", 8, expert_parallel_size=32)
+    # the 32-GPU expert group leaves the NVLink board: all-to-all over the network
+    assert cross.step_time_s(prefill(8192)) > ep.step_time_s(prefill(8192))
+    with pytest.raises(ValueError, match="multiple of"):
+        RooflineStepTimeConfig(model="deepseek-v3", hardware="h200",
+                               tensor_parallel_size=8, expert_parallel_size=12)
+
+
+def test_step_is_cheap() -> None:
+    m = model("inkling-small", "b200", 4, passes=8, modules=8)
+    batches = [StepBatch(i % 3 * 512, (i % 3) * 512 * 700.0, 40 + i % 9, (40 + i % 9) * 9,
+                         (40 + i % 9) * (1000 + i), i % 8) for i in range(2000)]
+    start = time.perf_counter()
+    for b in batches * 5:
+        m.step_time_s(b)
+    per_call = (time.perf_counter() - start) / 10_000
+    assert per_call < 1e-4
+
+
+# ------------------------------------------------------- through the root config
+
+
+def sim_config(model_name: str, spec: dict[str, Any] | None = None,
+               **step_time: Any) -> Any:
+    data: dict[str, Any] = {
+        "model": model_config_fields(model_name),
+        "step_time": {"kind": "roofline", "model": model_name, **step_time},
+    }
+    if spec:
+        data["speculative"] = spec
+    return config_from_dict(data)
+
+
+def test_built_from_the_root_config() -> None:
+    cfg = sim_config("inkling-small", {"method": "mtp", "num_speculative_tokens": 8},
+                     hardware="b200", tensor_parallel_size=4)
+    stm = build_step_time_model(cfg, Role.DECODE)
+    assert isinstance(stm, RooflineStepTime)
+    assert stm.step_time_s(decode(16, 1024, 8)) > 0
+    plain = build_step_time_model(sim_config("inkling-small", hardware="b200",
+                                             tensor_parallel_size=4), Role.DECODE)
+    assert stm.step_time_s(decode(16, 1024, 8)) > plain.step_time_s(decode(16, 1024, 8))
+
+
+def test_roofline_config_errors() -> None:
+    with pytest.raises(ConfigError) as err:
+        sim_config("llama-3.1-70b", hardware="h100-sxm")
+    assert err.value.path.startswith("step_time")
+    assert "does not fit" in err.value.message
+    assert "tensor_parallel_size >= 2" in err.value.message
+    with pytest.raises(ConfigError) as err:
+        sim_config("llama-3.1-8b", hardware="h1000")
+    assert err.value.path == "step_time.hardware" and "h100-sxm" in err.value.message
+    cfg = sim_config("llama-3.1-8b", {"method": "draft_model", "num_speculative_tokens": 3},
+                     hardware="h100-sxm")
+    with pytest.raises(ConfigError, match="separate draft model"):
+        build_step_time_model(cfg, Role.DECODE)
+    cfg = sim_config("llama-3.1-8b", {"method": "eagle3", "num_speculative_tokens": 3},
+                     hardware="h100-sxm")
+    assert build_step_time_model(cfg, Role.DECODE).step_time_s(decode(4, 100, 3)) > 0
+    cfg = sim_config("nemotron-h-8b", {"method": "eagle3", "num_speculative_tokens": 2},
+                     hardware="h100-sxm")
+    with pytest.raises(ConfigError, match="has none"):
+        build_step_time_model(cfg, Role.DECODE)
