@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def write(tmp_path: Path, text: str) -> str:
     return str(p)
 
 
-def measured(tmp_path: Path, text: str = GRID, **kw: object) -> MeasuredStepTime:
+def measured(tmp_path: Path, text: str = GRID, **kw: Any) -> MeasuredStepTime:
     return MeasuredStepTime(MeasuredStepTimeConfig(csv_path=write(tmp_path, text), **kw))
 
 
