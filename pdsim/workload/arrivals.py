@@ -60,12 +60,13 @@ def _constant(rate_per_s: float, num_requests: int | None,
 
 
 def _renewal(draw: Callable[[int], np.ndarray], mean_gap_s: float, num_requests: int | None,
-             duration_s: float | None) -> np.ndarray:
+             duration_s: float | None, block: int | None = None) -> np.ndarray:
     if num_requests is not None:
         return _cut(np.cumsum(draw(num_requests)), duration_s)
     assert duration_s is not None
     # Draw in blocks until the horizon is passed; consecutive blocks continue one stream.
-    block = int(duration_s / mean_gap_s * 1.1) + 64
+    if block is None:
+        block = int(duration_s / mean_gap_s * 1.1) + 64
     chunks: list[np.ndarray] = []
     now_s = 0.0
     while now_s <= duration_s:
