@@ -308,6 +308,11 @@ class SimConfig(StrictModel):
         return 0
 
     @property
+    def extra_retained_tokens(self) -> int:
+        """Extra tokens sliding-window groups keep (not attended) for drafter re-prefill."""
+        return max(0, self.num_prefill_lookahead_tokens - 1)
+
+    @property
     def num_drafter_modules(self) -> int:
         """Distinct drafter modules that hold KV: N for multi-module MTP, else 1 or 0."""
         if self.use_multi_module_mtp:

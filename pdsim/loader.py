@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -19,6 +20,24 @@ from pydantic import BaseModel, ValidationError
 
 from pdsim.config import SimConfig
 from pdsim.errors import ConfigError, InputFileError
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans: only true/false, so ``off`` stays a string."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"))
+
+
+def parse_yaml(text: str) -> Any:
+    """Parse YAML text with YAML 1.2 booleans (``on``/``off``/``yes``/``no`` are strings)."""
+    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -33,7 +52,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(str(p), None, f"cannot be read: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = parse_yaml(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -58,7 +77,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key.strip() or any(not k for k in parts):
         raise ConfigError(key, "an override key must be a non-empty dotted path")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = parse_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return parts, value
@@ -136,7 +155,7 @@ def dump_config(cfg: SimConfig) -> str:
 
 def derived_values(cfg: SimConfig) -> dict[str, Any]:
     """The config's derived values, for ``show-config`` and results."""
-    from pdsim.spec.lookahead import prefill_backoff
+    from pdsim.engine.connector import prefill_backoff
 
     out: dict[str, Any] = {
         "use_multi_module_mtp": cfg.use_multi_module_mtp,

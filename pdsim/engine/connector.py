@@ -1,0 +1,173 @@
+"""The NIXL-like KV connector: scheduler side (backoff arithmetic) and transfer side.
+
+The scheduler side owns the three methods PR #55055 unified. All of them read the one
+shared ``num_prefill_lookahead_tokens`` from the config; none derives lookahead itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pdsim.config import SimConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import simpy
+
+
+@dataclass(slots=True)
+class KVTransferParams:
+    """What P returns to the proxy and the proxy forwards to D (vLLM's kv_transfer_params).
+
+    ``p_side_truncated`` is set once P has dropped the backoff tokens, so a request that is
+    preempted on P and re-admitted is never truncated twice.
+    """
+
+    do_remote_decode: bool = False
+    do_remote_prefill: bool = False
+    remote_engine_id: str = ""
+    remote_num_tokens: int = 0
+    remote_block_ids: tuple[int, ...] = ()
+    p_side_truncated: bool = False
+
+
+class ConnectorScheduler:
+    """Scheduler-side connector logic: how much P computes and how much D loads."""
+
+    __slots__ = ("_auto", "_has_mamba", "_lookahead")
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self._lookahead = cfg.num_prefill_lookahead_tokens
+        self._has_mamba = cfg.model.has_mamba
+        self._auto = cfg.connector.prefill_backoff == "auto"
+
+    def _prefill_backoff(self) -> int:
+        """Trailing prompt tokens P leaves for D to recompute.
+
+        After the fix: ``max(1 if Mamba else 0, lookahead - 1)``. Before it (``off``): only
+        Mamba backs off, by one token, because a recurrent state cannot be rewound.
+        """
+        mamba = 1 if self._has_mamba else 0
+        if not self._auto:
+            return mamba
+        return max(mamba, self._lookahead - 1)
+
+    def _truncate_request_for_prefill(self, params: KVTransferParams,
+                                      prompt_tokens: int) -> int:
+        """P side: the prompt length P computes for a ``do_remote_decode`` request.
+
+        Drops ``_prefill_backoff()`` trailing tokens (when the prompt is longer than the
+        backoff) and marks the params so a re-admitted request keeps its first truncation.
+        The caller forces ``max_tokens = 1``.
+        """
+        if not params.do_remote_decode:
+            return prompt_tokens
+        backoff = self._prefill_backoff()
+        if params.p_side_truncated:
+            return prompt_tokens
+        params.p_side_truncated = True
+        if backoff and prompt_tokens > backoff:
+            return prompt_tokens - backoff
+        return prompt_tokens
+
+    def _get_remote_prefill_token_count(self, prompt_tokens: int) -> int:
+        """D side: prompt tokens D loads from P (``L - backoff`` when ``L > backoff``)."""
+        backoff = self._prefill_backoff()
+        if prompt_tokens > backoff:
+            return prompt_tokens - backoff
+        return 0
+
+
+def prefill_backoff(cfg: SimConfig) -> int:
+    """The connector's ``_prefill_backoff()`` for ``cfg`` (for reports)."""
+    return ConnectorScheduler(cfg)._prefill_backoff()
+
+
+@dataclass(slots=True)
+class _Flow:
+    tid: int
+    remaining_bytes: float
+    on_done: Callable[[float], None]
+    started_s: float
+
+
+@dataclass
+class Link:
+    """One P->D link; active transfers share its bandwidth equally (processor sharing).
+
+    ``bandwidth_bytes_per_s`` may be changed at any time through ``set_bandwidth`` (link
+    degradation); progress up to that moment is kept.
+    """
+
+    env: simpy.Environment
+    name: str
+    bandwidth_bytes_per_s: float
+    _flows: dict[int, _Flow] = field(default_factory=dict)
+    _last_s: float = 0.0
+    _gen: int = 0
+    bytes_moved: float = 0.0
+    busy_s: float = 0.0
+    samples: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def active(self) -> int:
+        return len(self._flows)
+
+    def start(self, tid: int, nbytes: float, on_done: Callable[[float], None]) -> None:
+        """Begin moving ``nbytes``; ``on_done(now)`` is called when the last byte lands."""
+        self._advance()
+        self._flows[tid] = _Flow(tid, float(nbytes), on_done, self.env.now)
+        self._reschedule()
+
+    def cancel(self, tid: int) -> bool:
+        """Abort a transfer (e.g. on failure); True if it was active."""
+        self._advance()
+        found = self._flows.pop(tid, None) is not None
+        self._reschedule()
+        return found
+
+    def set_bandwidth(self, bandwidth_bytes_per_s: float) -> None:
+        self._advance()
+        self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
+        self._reschedule()
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self._last_s
+        if dt > 0 and self._flows:
+            share = self.bandwidth_bytes_per_s / len(self._flows)
+            moved = share * dt
+            for f in self._flows.values():
+                f.remaining_bytes -= moved
+            self.bytes_moved += moved * len(self._flows)
+            self.busy_s += dt
+        self._last_s = now
+
+    def _reschedule(self) -> None:
+        self._gen += 1
+        self.samples.append((self.env.now, self.bandwidth_bytes_per_s if self._flows else 0.0))
+        if not self._flows:
+            return
+        gen = self._gen
+        first = min(self._flows.values(), key=lambda f: (f.remaining_bytes, f.tid))
+        share = self.bandwidth_bytes_per_s / len(self._flows)
+        delay = max(0.0, first.remaining_bytes) / share
+        ev = self.env.timeout(delay)
+        ev.callbacks.append(lambda _e: self._on_timer(gen, first.tid))
+
+    def _on_timer(self, gen: int, tid: int) -> None:
+        if gen != self._gen:
+            return  # superseded by a later start/cancel
+        self._advance()
+        # The flow the timer was set for is done whatever float rounding left of it; any
+        # other flow within a byte of done finishes with it.
+        done = [f for f in self._flows.values() if f.tid == tid or f.remaining_bytes < 1.0]
+        done.sort(key=lambda f: f.tid)
+        for f in done:
+            del self._flows[f.tid]
+        self._reschedule()
+        now = self.env.now
+        for f in done:
+            f.on_done(now)

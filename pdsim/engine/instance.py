@@ -1,0 +1,476 @@
+"""One serving instance: a vLLM-v1-style engine loop over a paged KV cache.
+
+Each engine step the scheduler builds a batch (running decodes first, then running
+prefill chunks, then FCFS admission from the waiting queue under ``max_num_seqs`` and
+``max_num_batched_tokens``), the step-time model prices it, and after that much simulated
+time the step's results are applied. Decode-phase state lives in numpy arrays indexed by
+slot, so a step costs a fixed number of vectorized operations however large the batch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from pdsim.config import InstanceGroupConfig, Role, SimConfig
+from pdsim.engine.kvcache import BlockPool, KVLayout
+from pdsim.engine.request import Phase, Request
+from pdsim.perf.base import StepBatch
+from pdsim.perf.build import build_step_time_model
+from pdsim.spec.provenance import SlotCause, excess_profile
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+
+    import simpy
+
+    from pdsim.simulation import Simulation
+
+
+class StepPlan(NamedTuple):
+    """What one step computes: prefill chunks and the decode slots."""
+
+    chunks: list[tuple[Request, int]]
+    decode_idx: np.ndarray
+    batch: StepBatch
+
+
+class Instance:
+    """A P, D or colocated engine. Driven by its SimPy process ``run()``."""
+
+    def __init__(self, sim: Simulation, index: int, name: str, role: Role,
+                 group: InstanceGroupConfig) -> None:
+        cfg: SimConfig = sim.config
+        self.sim = sim
+        self.env: simpy.Environment = sim.env
+        self.index = index
+        self.name = name
+        self.role = role
+        sched = group.scheduler
+        self.max_num_seqs = sched.max_num_seqs
+        self.max_batched_tokens = sched.max_num_batched_tokens
+        self.chunked = sched.enable_chunked_prefill
+        self.long_prefill_threshold = sched.long_prefill_token_threshold
+        self.layout = KVLayout.from_config(cfg, sched.block_size)
+        self.pool = BlockPool(cfg.num_blocks(role))
+        self.step_model = build_step_time_model(cfg, role)
+        self.lookahead = cfg.num_prefill_lookahead_tokens  # the shared contract
+        self.n_spec = cfg.speculative.num_speculative_tokens if role is not Role.PREFILL else 0
+        self.decodes = role is not Role.PREFILL
+        self.multi_module = cfg.use_multi_module_mtp
+        self.num_modules = cfg.num_drafter_modules
+        self.sampler = sim.acceptance_sampler
+        self.cond = cfg.conditional_acceptance
+        stale = cfg.speculative.stale_kv
+        self.beta = stale.sensitivity_per_slot
+        self.decay_tokens = stale.decay_tokens
+        self.guess_accuracy = stale.residual_guess_accuracy
+        # draft position i is drafted by module i (multi-module) or the one module
+        n = max(1, self.n_spec)
+        self.module_of_pos = (np.arange(n) if self.multi_module else np.zeros(n, dtype=np.int64))
+
+        # queues
+        self.waiting: deque[Request] = deque()
+        self.receiving: dict[int, Request] = {}
+        self.running: list[Request] = []
+        self.prefilling: list[Request] = []
+        self.pinned: dict[int, Request] = {}
+        self._wake: simpy.Event | None = None
+
+        # decode-phase arrays, one row per slot
+        s = self.max_num_seqs
+        self.req_of_slot: list[Request | None] = [None] * s
+        self._free_slots = list(range(s - 1, -1, -1))
+        self.ctx = np.zeros(s, dtype=np.int64)
+        self.out = np.zeros(s, dtype=np.int64)
+        self.tgt = np.zeros(s, dtype=np.int64)
+        self.blocks = np.zeros(s, dtype=np.int64)
+        self.seg_first = np.zeros(s, dtype=np.int64)
+        self.n_drafts = np.zeros(s, dtype=np.int64)
+        self.n_acc = np.zeros(s, dtype=np.int64)
+        self.acc_pos = np.zeros((s, n), dtype=np.int64)
+        self.prev_rej = np.zeros(s, dtype=np.int64)
+        self.cache_valid = np.zeros(s, dtype=np.int64)
+        self.stale = np.zeros((s, max(1, self.num_modules)), dtype=np.float64)
+        self.active = np.zeros(s, dtype=bool)
+        self._idx_cache: np.ndarray | None = np.empty(0, dtype=np.int64)
+        self._arange_n = np.arange(n)
+
+        # facts
+        self.step_end_s: list[float] = []
+        self.step_log: list[tuple[float, float, int, int, int, int, int, int]] = []
+        self.busy_s = 0.0
+        self.preemptions = 0
+
+    # ------------------------------------------------------------------ intake
+
+    def load(self) -> tuple[int, int]:
+        """Outstanding work, for routers: (tokens still to prefill, requests held)."""
+        pending = sum(r.seq_tokens - r.num_computed for r in self.waiting)
+        pending += sum(r.seq_tokens - r.num_computed for r in self.prefilling)
+        held = len(self.waiting) + len(self.running) + len(self.receiving)
+        return pending, held
+
+    def add_request(self, req: Request) -> None:
+        """Queue a request (new, or arrived at D with its kv_transfer_params)."""
+        req.phase = Phase.WAITING
+        req.num_computed = 0
+        self.waiting.append(req)
+        self.notify()
+
+    def notify(self) -> None:
+        """Wake the engine loop if it is idle (something may now be schedulable)."""
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def kv_landed(self, req: Request) -> None:
+        """D side: all of ``req``'s remote blocks arrived; it may now be scheduled."""
+        self.receiving.pop(req.id, None)
+        req.phase = Phase.WAITING
+        req.kv_from_remote = True
+        # D still recomputes the last prompt token to get logits (num_computed -= 1).
+        req.num_computed = min(req.remote_tokens, req.prompt_tokens - 1)
+        req.d_first_local = req.num_computed
+        req.tokens_recomputed_on_d = req.prompt_tokens - req.remote_tokens
+        req.d_local_prefill_tokens = req.prompt_tokens - req.num_computed
+        keys = [(r.d_queued_s, r.id) for r in self.waiting]
+        self.waiting.insert(bisect.bisect(keys, (req.d_queued_s, req.id)), req)
+        self.notify()
+
+    def kv_load_failed(self, req: Request, recompute: bool) -> None:
+        """D side: the transfer failed; recompute the prompt locally or fail the request."""
+        self.receiving.pop(req.id, None)
+        self.pool.free(req.id)
+        if not recompute:
+            self.sim.fail(req, "kv_load_failed")
+            self.notify()
+            return
+        req.phase = Phase.WAITING
+        req.kv_from_remote = False
+        req.remote_tokens = 0
+        req.num_computed = 0
+        req.tokens_recomputed_on_d = req.prompt_tokens
+        req.d_local_prefill_tokens = req.prompt_tokens
+        req.kv_params = None
+        self.waiting.appendleft(req)
+        self.notify()
+
+    def release_pinned(self, req: Request) -> int:
+        """P side: D has read (or the lease expired): free the request's blocks."""
+        if self.pinned.pop(req.id, None) is None:
+            return 0
+        n = self.pool.free(req.id)
+        self.notify()
+        return n
+
+    # ------------------------------------------------------------------- loop
+
+    def run(self) -> Generator[simpy.Event, object, None]:
+        """The engine loop (a SimPy process)."""
+        env = self.env
+        while True:
+            plan = self._schedule() if (self.waiting or self.running) else None
+            if plan is None:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            dt = self.step_model.step_time_s(plan.batch)
+            start = env.now
+            yield env.timeout(dt)
+            self.busy_s += dt
+            self._complete(plan, start)
+
+    # --------------------------------------------------------------- schedule
+
+    def _decode_idx(self) -> np.ndarray:
+        if self._idx_cache is None:
+            self._idx_cache = np.flatnonzero(self.active)
+        return self._idx_cache
+
+    def _chunk(self, req: Request, budget: int) -> int:
+        remaining = req.seq_tokens - req.num_computed
+        n = min(remaining, budget)
+        if self.long_prefill_threshold is not None:
+            n = min(n, self.long_prefill_threshold)
+        if n < remaining:
+            if not self.chunked:
+                return 0
+            la = self.lookahead
+            # Never leave 0 < remaining < lookahead for the last chunk: the trailing
+            # drafter modules would read drafts instead of prompt tokens.
+            if la and remaining - n < la:
+                n = remaining - la
+        return max(n, 0)
+
+    def _prefill_target_tokens(self, req: Request, n: int) -> int:
+        end = req.num_computed + n
+        if end >= req.seq_tokens and self.decodes:
+            end += 1 + self.n_spec  # room for the sampled token and the first drafts
+        return end
+
+    def _schedule(self) -> StepPlan | None:
+        budget = self.max_batched_tokens
+        q = 1 + self.n_spec
+        layout, pool = self.layout, self.pool
+        idx = self._decode_idx()
+        if len(idx):
+            while True:
+                need = layout.blocks_for_array(self.ctx[idx] + q) - self.blocks[idx]
+                grow = need > 0
+                total = int(need[grow].sum())
+                if total <= pool.num_free:
+                    break
+                if not self._preempt_tail():
+                    break
+                idx = self._decode_idx()
+            if total:
+                for s in idx[grow].tolist():
+                    n = int(self.blocks[s])
+                    extra = int(layout.blocks_for(int(self.ctx[s]) + q)) - n
+                    req = self.req_of_slot[s]
+                    assert req is not None
+                    if pool.allocate(req.id, extra):
+                        self.blocks[s] = n + extra
+            budget -= len(idx) * q
+
+        chunks: list[tuple[Request, int]] = []
+        for req in list(self.prefilling):
+            if budget <= 0:
+                break
+            if req.phase is not Phase.PREFILL:
+                continue
+            n = self._chunk(req, budget)
+            if n <= 0:
+                continue
+            extra = layout.blocks_for(self._prefill_target_tokens(req, n)) - pool.held(req.id)
+            while extra > pool.num_free:
+                victim_was_self = self.running and self.running[-1] is req
+                if not self._preempt_tail() or victim_was_self:
+                    break
+            if req.phase is not Phase.PREFILL:
+                continue
+            if extra > pool.num_free:
+                continue
+            pool.allocate(req.id, extra)
+            chunks.append((req, n))
+            budget -= n
+        idx = self._decode_idx()
+
+        skipped: list[Request] = []
+        waiting = self.waiting
+        while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = waiting.popleft()
+            params = req.kv_params
+            if params is not None and params.do_remote_prefill and not req.kv_from_remote:
+                # D: allocate blocks for the remote tokens, then wait for them to land.
+                nblk = layout.blocks_for(req.remote_tokens)
+                if not pool.allocate(req.id, nblk - pool.held(req.id)):
+                    waiting.appendleft(req)
+                    break
+                req.phase = Phase.WAITING_FOR_REMOTE_KVS
+                self.receiving[req.id] = req
+                self.sim.start_kv_transfer(req, self)
+                continue
+            n = self._chunk(req, budget)
+            if n <= 0:
+                skipped.append(req)
+                break
+            extra = layout.blocks_for(self._prefill_target_tokens(req, n)) - pool.held(req.id)
+            if not pool.allocate(req.id, extra):
+                waiting.appendleft(req)
+                break
+            req.phase = Phase.PREFILL
+            self.running.append(req)
+            self.prefilling.append(req)
+            if self.role is Role.PREFILL and math.isnan(req.p_start_s):
+                req.p_start_s = self.env.now
+            chunks.append((req, n))
+            budget -= n
+        for req in reversed(skipped):
+            waiting.appendleft(req)
+
+        if not chunks and not len(idx):
+            return None
+        prefill_tokens = 0
+        pairs = 0.0
+        for req, n in chunks:
+            prefill_tokens += n
+            pairs += n * (req.num_computed + (n + 1) / 2)
+        k = len(idx)
+        if k:
+            ctx_sum = int(self.ctx[idx].sum())
+            repair = int(np.maximum(self.prev_rej[idx] - 1, 0).sum()) if self.n_spec else 0
+        else:
+            ctx_sum = repair = 0
+        batch = StepBatch(prefill_tokens, pairs, k, k * q, ctx_sum, repair)
+        return StepPlan(chunks, idx, batch)
+
+    def _preempt_tail(self) -> bool:
+        """Preempt the lowest-priority running request (recompute); False if none."""
+        if not self.running:
+            return False
+        req = self.running.pop()
+        self.preemptions += 1
+        req.num_preemptions += 1
+        if req.phase is Phase.DECODE:
+            self._release_slot(req, self.step_count - 1)
+        else:
+            self.prefilling.remove(req)
+        self.pool.free(req.id)
+        req.num_computed = 0
+        req.phase = Phase.WAITING
+        if self.role is Role.PREFILL:
+            req.p_preemptions += 1
+        else:
+            # Recompute prompt and generated tokens locally: fresh, exact drafter KV.
+            req.seq_tokens = req.prompt_tokens + req.num_output
+            req.kv_from_remote = False
+        self.waiting.appendleft(req)
+        return True
+
+    # --------------------------------------------------------------- complete
+
+    @property
+    def step_count(self) -> int:
+        return len(self.step_end_s)
+
+    def _complete(self, plan: StepPlan, start_s: float) -> None:
+        now = self.env.now
+        step = len(self.step_end_s)
+        self.step_end_s.append(now)
+        b = plan.batch
+        for req, n in plan.chunks:
+            if req.phase is not Phase.PREFILL:
+                continue
+            req.num_computed += n
+            if req.num_computed >= req.seq_tokens:
+                req.final_chunk_tokens = n
+                self._prefill_done(req, step, now)
+        if len(plan.decode_idx):
+            self._decode_step(plan.decode_idx, step, now)
+        self.step_log.append((start_s, now, b.prefill_tokens, b.decode_requests,
+                              self.pool.num_used, len(self.running), len(self.waiting),
+                              len(self.receiving)))
+
+    def _prefill_done(self, req: Request, step: int, now: float) -> None:
+        self.prefilling.remove(req)
+        if self.role is Role.PREFILL:
+            self.running.remove(req)
+            req.phase = Phase.PINNED
+            req.p_end_s = now
+            self.pinned[req.id] = req
+            self.sim.on_prefill_done(req, self)
+            return
+        req.num_output += 1
+        if math.isnan(req.first_token_s):
+            req.first_token_s = now
+        if req.num_output >= req.max_tokens:
+            req.segments.append([self.index, step, step])
+            self.running.remove(req)
+            self.pool.free(req.id)
+            req.phase = Phase.DONE
+            self.sim.finish(req)
+            return
+        self._enter_decode(req, step)
+
+    def _enter_decode(self, req: Request, step: int) -> None:
+        s = self._free_slots.pop()
+        req.slot = s
+        req.phase = Phase.DECODE
+        self.req_of_slot[s] = req
+        self.active[s] = True
+        self._idx_cache = None
+        self.ctx[s] = req.seq_tokens
+        self.out[s] = req.num_output
+        self.tgt[s] = req.max_tokens
+        self.blocks[s] = self.pool.held(req.id)
+        self.seg_first[s] = step
+        self.n_drafts[s] = 0
+        self.n_acc[s] = 0
+        self.acc_pos[s] = 0
+        self.prev_rej[s] = 0  # the step that ends a prefill rejected nothing
+        self.stale[s] = 0.0
+        if self.multi_module:
+            n = self.n_spec
+            self.cache_valid[s] = min(n - 1, req.final_chunk_tokens)
+            if req.kv_from_remote:
+                self._init_remote_provenance(req, s)
+        else:
+            self.cache_valid[s] = self.n_spec  # no multi-module re-prefill cache to run dry
+
+    def _init_remote_provenance(self, req: Request, s: int) -> None:
+        rows = excess_profile(req.prompt_tokens - req.p_prompt_tokens,
+                              req.prompt_tokens - req.d_first_local, self.num_modules,
+                              req.prompt_tokens)
+        if not rows:
+            return
+        lam = self.decay_tokens
+        q = self.guess_accuracy
+        rng = self.sim.provenance_rng
+        stale = self.stale[s]
+        for m, dist, cause, k in rows:
+            if cause is SlotCause.GUESS and rng.random() < q ** (k + 1):
+                continue  # P guessed the real token: the slot is exact
+            stale[m] += 1.0 if lam is None else math.exp(-(dist - 1) / lam)
+
+    def _release_slot(self, req: Request, last_step: int) -> None:
+        s = req.slot
+        if last_step >= self.seg_first[s]:
+            req.segments.append([self.index, int(self.seg_first[s]), last_step])
+        req.num_output = int(self.out[s])
+        nd = int(self.n_drafts[s])
+        req.num_drafts += nd
+        req.num_draft_tokens += nd * self.n_spec
+        req.num_accepted_tokens += int(self.n_acc[s])
+        if self.n_spec:
+            req.accepted_per_pos += self.acc_pos[s, : self.n_spec]
+        self.active[s] = False
+        self.req_of_slot[s] = None
+        self._free_slots.append(s)
+        self._idx_cache = None
+        req.slot = -1
+
+    def _decode_step(self, idx: np.ndarray, step: int, now: float) -> None:
+        n = self.n_spec
+        if n:
+            rates = None
+            stale = self.stale[idx]
+            if stale.any():
+                rates = self.cond * np.exp(-self.beta * stale[:, self.module_of_pos])
+            a = self.sampler.draw(len(idx), rates)
+            emitted = a + 1
+            self.n_drafts[idx] += 1
+            self.n_acc[idx] += a
+            self.acc_pos[idx] += self._arange_n < a[:, None]
+            if self.multi_module:
+                cache = self.cache_valid[idx]
+                garbage = np.maximum(self.prev_rej[idx] - 1 - cache, 0)
+                if garbage.any():
+                    # The re-prefill cache is short of entries: the repair recomputes those
+                    # positions from garbage, into every module (module 0 included).
+                    stale = stale + garbage[:, None]
+                if self.decay_tokens is not None:
+                    stale = stale * np.exp(-emitted / self.decay_tokens)[:, None]
+                self.stale[idx] = stale
+                self.cache_valid[idx] = np.minimum(n - 1, cache + emitted)
+                self.prev_rej[idx] = n - a
+        else:
+            emitted = 1
+        out = self.out[idx] + emitted
+        self.ctx[idx] += emitted
+        done = out >= self.tgt[idx]
+        self.out[idx] = np.minimum(out, self.tgt[idx])
+        if done.any():
+            for s in idx[done].tolist():
+                req = self.req_of_slot[s]
+                assert req is not None
+                self._release_slot(req, step)
+                self.running.remove(req)
+                self.pool.free(req.id)
+                req.phase = Phase.DONE
+                self.sim.finish(req)

@@ -1,0 +1,103 @@
+"""A request's state while it moves through the cluster, and the facts it leaves behind."""
+
+from __future__ import annotations
+
+import enum
+import math
+
+import numpy as np
+
+from pdsim.engine.connector import KVTransferParams
+
+NAN = math.nan
+
+
+class Phase(enum.Enum):
+    """Where a request is on its current instance."""
+
+    WAITING = "waiting"
+    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    PINNED = "pinned"  # finished on P, blocks held for D to read
+    DONE = "done"
+
+
+class Status(enum.Enum):
+    """Terminal state of a request."""
+
+    IN_FLIGHT = "in_flight"
+    FINISHED = "finished"
+    FAILED = "failed"
+    REJECTED = "rejected"
+
+
+class Request:
+    """One request. Mutable working fields for the instance that holds it, plus facts.
+
+    Time fields are simulated seconds (NaN until reached). ``segments`` lists
+    ``[instance_index, first_step, last_step]``: the engine steps of that instance in which
+    the request emitted an output chunk, contiguous because every running decode request is
+    scheduled in every step (a preemption closes a segment).
+    """
+
+    __slots__ = (
+        "accepted_per_pos", "arrival_s", "d_first_local", "d_instance", "d_local_prefill_tokens",
+        "d_queued_s", "fail_reason", "final_chunk_tokens", "first_token_s", "finish_s", "id",
+        "kv_bytes", "kv_params", "max_tokens", "num_accepted_tokens", "num_computed",
+        "num_draft_tokens", "num_drafts", "num_output", "num_preemptions", "p_end_s",
+        "p_instance", "p_preemptions", "p_prompt_tokens", "p_queued_s", "p_start_s", "phase",
+        "prefix_hit_tokens", "prompt_tokens", "remote_tokens", "kv_from_remote", "segments",
+        "seq_tokens", "slot", "status", "tokens_recomputed_on_d", "transfer_end_s",
+        "transfer_start_s", "hash_ids", "attempts", "output_target",
+    )
+
+    def __init__(self, rid: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
+                 num_spec: int, hash_ids: tuple[int, ...] | None = None) -> None:
+        self.id = rid
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        self.output_target = output_tokens
+        self.max_tokens = output_tokens
+        self.hash_ids = hash_ids
+        self.status = Status.IN_FLIGHT
+        self.fail_reason: str | None = None
+        self.phase = Phase.WAITING
+        # working state on the current instance
+        self.seq_tokens = prompt_tokens  # tokens whose KV the instance must hold to sample
+        self.num_computed = 0
+        self.num_output = 0
+        self.slot = -1
+        self.kv_params: KVTransferParams | None = None
+        self.p_prompt_tokens = prompt_tokens
+        self.remote_tokens = 0
+        self.kv_from_remote = False
+        self.d_first_local = -1
+        self.final_chunk_tokens = 0
+        self.prefix_hit_tokens = 0
+        self.attempts = 0
+        # facts
+        self.p_instance = ""
+        self.d_instance = ""
+        self.p_queued_s = NAN
+        self.p_start_s = NAN
+        self.p_end_s = NAN
+        self.transfer_start_s = NAN
+        self.transfer_end_s = NAN
+        self.d_queued_s = NAN
+        self.first_token_s = NAN
+        self.finish_s = NAN
+        self.kv_bytes = 0
+        self.tokens_recomputed_on_d = 0
+        self.d_local_prefill_tokens = 0
+        self.num_preemptions = 0
+        self.p_preemptions = 0
+        self.segments: list[list[int]] = []
+        self.num_drafts = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.accepted_per_pos = np.zeros(num_spec, dtype=np.int64)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (f"Request({self.id}, {self.phase.value}, computed={self.num_computed}/"
+                f"{self.seq_tokens}, out={self.num_output}/{self.max_tokens})")

@@ -1,0 +1,81 @@
+"""Routing policies: small registered objects that pick an instance for a request.
+
+A policy sees read-only candidates and returns the index of its choice; it never yields
+to SimPy and never mutates an instance. Ties are broken by instance index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from pdsim.engine.instance import Instance
+    from pdsim.engine.request import Request
+
+
+class RoutingPolicy(Protocol):
+    """Picks one of ``candidates`` (all up) for ``request``; returns its position."""
+
+    def choose(self, candidates: Sequence[Instance], request: Request) -> int: ...
+
+
+ROUTERS: dict[str, Callable[[np.random.Generator], RoutingPolicy]] = {}
+
+
+def register(name: str) -> Callable[[type], type]:
+    """Class decorator: make a policy available as ``router.policy: name``."""
+
+    def deco(cls: type) -> type:
+        ROUTERS[name] = cls
+        return cls
+
+    return deco
+
+
+@register("round_robin")
+class RoundRobin:
+    """Cycle through the candidates in index order (vLLM's toy proxy)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._next: dict[tuple[int, ...], int] = {}
+
+    def choose(self, candidates: Sequence[Instance], request: Request) -> int:
+        key = tuple(c.index for c in candidates)
+        i = self._next.get(key, 0) % len(candidates)
+        self._next[key] = i + 1
+        return i
+
+
+@register("least_loaded")
+class LeastLoaded:
+    """The candidate with the least outstanding prefill tokens, then fewest requests."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        pass
+
+    def choose(self, candidates: Sequence[Instance], request: Request) -> int:
+        best = min(range(len(candidates)),
+                   key=lambda i: (*candidates[i].load(), candidates[i].index))
+        return best
+
+
+@register("random")
+class RandomChoice:
+    """Uniformly at random, from the ``routing`` stream."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+
+    def choose(self, candidates: Sequence[Instance], request: Request) -> int:
+        return int(self._rng.integers(len(candidates)))
+
+
+def make_router(name: str, rng: np.random.Generator) -> RoutingPolicy:
+    """The registered policy ``name``."""
+    try:
+        return ROUTERS[name](rng)
+    except KeyError:
+        raise KeyError(name) from None

@@ -1,0 +1,341 @@
+"""Facts recorded by a run, and the metrics derived from them.
+
+A run leaves one flat record per request (timestamps, token counts, draft counters) and,
+per instance, the end time of every engine step. Metrics are pure functions of those
+facts (``summarize``), with vLLM's definitions (reference section 6):
+
+- TTFT: arrival to the first output chunk; E2E: arrival to the last.
+- TPOT: ``(E2E - TTFT) / (output_tokens - 1)`` per request with more than one token.
+- ITL: gaps between output chunks (a speculative step's a+1 tokens are one chunk).
+- acceptance rate: accepted / draft tokens; acceptance length: 1 + accepted / drafts;
+  per-position rate i: accepted_per_pos[i] / drafts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pdsim.engine.request import Status
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pdsim.config import SimConfig
+    from pdsim.simulation import Simulation
+
+NAN = math.nan
+PERCENTILES = (50, 90, 99)
+
+RECORD_FIELDS = (
+    "request_id", "status", "fail_reason", "arrival_s", "prompt_tokens", "output_tokens",
+    "target_output_tokens", "prefill_instance", "decode_instance", "p_queued_s", "p_start_s",
+    "p_end_s", "transfer_start_s", "transfer_end_s", "d_queued_s", "first_token_s",
+    "finish_s", "ttft_s", "tpot_s", "e2e_s", "num_chunks", "p_prompt_tokens",
+    "kv_bytes_transferred", "kv_transfer_s", "tokens_recomputed_on_d",
+    "d_local_prefill_tokens", "num_preemptions", "num_drafts", "num_draft_tokens",
+    "num_accepted_tokens", "accepted_per_pos",
+)
+
+
+@dataclass
+class InstanceFacts:
+    """What one instance did: its step end times and per-step log."""
+
+    name: str
+    role: str
+    num_blocks: int
+    step_end_s: np.ndarray
+    # columns: start_s, end_s, prefill_tokens, decode_requests, kv_used_blocks, running,
+    # waiting, receiving
+    step_log: np.ndarray
+    busy_s: float
+    preemptions: int
+
+
+@dataclass
+class Results:
+    """Everything a run produced: config, per-request records, instance facts, summary."""
+
+    config: SimConfig
+    records: list[dict[str, Any]]
+    instances: list[InstanceFacts]
+    summary: dict[str, Any]
+    links: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    segments: dict[int, list[list[int]]] = field(default_factory=dict)
+    partial: bool = False
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One flat dict per request (a copy)."""
+        return [dict(r) for r in self.records]
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The records as a DataFrame (needs pandas: ``pip install 'pdsim[pandas]'``)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("to_pandas() needs pandas: pip install 'pdsim[pandas]'") \
+                from exc
+        return pd.DataFrame.from_records(self.records, columns=list(RECORD_FIELDS))
+
+    def request_itls_s(self, request_id: int) -> np.ndarray:
+        """Gaps between one request's output chunks, in seconds."""
+        times = chunk_times(self.instances, self.segments.get(request_id, []))
+        return np.diff(times)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"Results({s['completed']}/{s['num_requests']} finished, "
+                f"output {s['output_throughput_tok_s']:.1f} tok/s, "
+                f"TTFT p50 {s['p50_ttft_s'] * 1e3:.1f} ms, "
+                f"TPOT p50 {s['p50_tpot_s'] * 1e3:.2f} ms, "
+                f"acceptance length {s['acceptance_length']:.3f})")
+
+
+def chunk_times(instances: list[InstanceFacts], segments: list[list[int]]) -> np.ndarray:
+    """End times of the steps in which a request emitted chunks, in order."""
+    if not segments:
+        return np.empty(0)
+    parts = [instances[i].step_end_s[a:b + 1] for i, a, b in segments]
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def build_results(sim: Simulation) -> Results:
+    """Collect the facts of a finished (or interrupted) simulation."""
+    inst_facts = []
+    for inst in sim.instances:
+        log = np.asarray(inst.step_log, dtype=np.float64).reshape(-1, 8)
+        inst_facts.append(InstanceFacts(
+            name=inst.name, role=inst.role.value, num_blocks=inst.pool.num_blocks,
+            step_end_s=np.asarray(inst.step_end_s, dtype=np.float64), step_log=log,
+            busy_s=inst.busy_s, preemptions=inst.preemptions))
+    records = []
+    segments: dict[int, list[list[int]]] = {}
+    for r in sim.requests:
+        segs = r.segments
+        if r.slot >= 0:  # still decoding when the run stopped
+            segs = [*segs]
+        segments[r.id] = segs
+        n_chunks = sum(b - a + 1 for _, a, b in segs)
+        ttft = r.first_token_s - r.arrival_s
+        e2e = r.finish_s - r.arrival_s if r.status is Status.FINISHED else NAN
+        tpot = ((e2e - ttft) / (r.num_output - 1)
+                if r.status is Status.FINISHED and r.num_output > 1 else NAN)
+        records.append({
+            "request_id": r.id, "status": r.status.value, "fail_reason": r.fail_reason,
+            "arrival_s": r.arrival_s, "prompt_tokens": r.prompt_tokens,
+            "output_tokens": r.num_output, "target_output_tokens": r.output_target,
+            "prefill_instance": r.p_instance, "decode_instance": r.d_instance,
+            "p_queued_s": r.p_queued_s, "p_start_s": r.p_start_s, "p_end_s": r.p_end_s,
+            "transfer_start_s": r.transfer_start_s, "transfer_end_s": r.transfer_end_s,
+            "d_queued_s": r.d_queued_s, "first_token_s": r.first_token_s,
+            "finish_s": r.finish_s, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
+            "num_chunks": n_chunks, "p_prompt_tokens": r.p_prompt_tokens,
+            "kv_bytes_transferred": r.kv_bytes,
+            "kv_transfer_s": r.transfer_end_s - r.transfer_start_s,
+            "tokens_recomputed_on_d": r.tokens_recomputed_on_d,
+            "d_local_prefill_tokens": r.d_local_prefill_tokens,
+            "num_preemptions": r.num_preemptions, "num_drafts": r.num_drafts,
+            "num_draft_tokens": r.num_draft_tokens,
+            "num_accepted_tokens": r.num_accepted_tokens,
+            "accepted_per_pos": r.accepted_per_pos.tolist(),
+        })
+    links = {link.name: link.samples for link in sim.links.values()}
+    summary = summarize(records, inst_facts, segments, sim.config)
+    summary["kv_lease_expired"] = sim.lease_expired
+    return Results(sim.config, records, inst_facts, summary, links, segments)
+
+
+def _stats(prefix: str, values: np.ndarray, weights: np.ndarray | None = None
+           ) -> dict[str, float]:
+    out: dict[str, float] = {}
+    v = values[~np.isnan(values)] if weights is None else values
+    if weights is not None and len(v):
+        order = np.argsort(v, kind="stable")
+        v, w = v[order], weights[order].astype(np.float64)
+        keep = w > 0
+        v, w = v[keep], w[keep]
+    if not len(v):
+        out[f"mean_{prefix}"] = NAN
+        out[f"std_{prefix}"] = NAN
+        for p in PERCENTILES:
+            out[f"p{p}_{prefix}"] = NAN
+        return out
+    if weights is None:
+        out[f"mean_{prefix}"] = float(np.mean(v))
+        out[f"std_{prefix}"] = float(np.std(v))
+        for p in PERCENTILES:
+            out[f"p{p}_{prefix}"] = float(np.percentile(v, p))
+    else:
+        total = w.sum()
+        mean = float((v * w).sum() / total)
+        out[f"mean_{prefix}"] = mean
+        out[f"std_{prefix}"] = float(math.sqrt(max(0.0, (w * (v - mean) ** 2).sum() / total)))
+        cum = np.cumsum(w)
+        for p in PERCENTILES:
+            # the lower weighted percentile (the value at or above p% of the mass)
+            i = int(np.searchsorted(cum, p / 100.0 * total, side="left"))
+            out[f"p{p}_{prefix}"] = float(v[min(i, len(v) - 1)])
+    return out
+
+
+def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """All inter-chunk gaps as (gap values, multiplicities), without per-chunk lists.
+
+    Within a segment a request emits a chunk every step, so step k's gap counts once for
+    each segment containing both k-1 and k; gaps across a preemption are added singly.
+    """
+    counts = [np.zeros(len(f.step_end_s) + 1, dtype=np.int64) for f in instances]
+    extra: list[float] = []
+    for segs in segments.values():
+        prev_end = None
+        for i, a, b in segs:
+            if b > a:
+                counts[i][a + 1] += 1
+                counts[i][b + 1] -= 1
+            t0 = instances[i].step_end_s[a]
+            if prev_end is not None:
+                extra.append(t0 - prev_end)
+            prev_end = instances[i].step_end_s[b]
+    vals, wts = [], []
+    for f, c in zip(instances, counts, strict=True):
+        if len(f.step_end_s) < 2:
+            continue
+        mult = np.cumsum(c)[1:len(f.step_end_s)]
+        gaps = np.diff(f.step_end_s)
+        vals.append(gaps)
+        wts.append(mult)
+    if extra:
+        vals.append(np.asarray(extra))
+        wts.append(np.ones(len(extra), dtype=np.int64))
+    if not vals:
+        return np.empty(0), np.empty(0, dtype=np.int64)
+    return np.concatenate(vals), np.concatenate(wts)
+
+
+def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: np.ndarray,
+                       horizon_s: float) -> float:
+    """Mean of a step-wise series over [0, horizon]: each value holds for its step."""
+    if horizon_s <= 0 or not len(values):
+        return 0.0
+    return float((values * (times_end - times_start)).sum() / horizon_s)
+
+
+def summarize(records: list[dict[str, Any]], instances: list[InstanceFacts],
+              segments: dict[int, list[list[int]]], config: SimConfig) -> dict[str, Any]:
+    """The run's metrics, from its facts alone."""
+    n = len(records)
+    col = {k: np.asarray([r[k] for r in records], dtype=np.float64)
+           for k in ("arrival_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "output_tokens",
+                     "prompt_tokens", "kv_bytes_transferred", "kv_transfer_s",
+                     "tokens_recomputed_on_d", "d_local_prefill_tokens", "num_drafts",
+                     "num_draft_tokens", "num_accepted_tokens", "num_preemptions")} \
+        if n else {}
+    status = [r["status"] for r in records]
+    finished = np.asarray([s == "finished" for s in status], dtype=bool)
+    s: dict[str, Any] = {
+        "num_requests": n,
+        "completed": int(finished.sum()),
+        "failed": status.count("failed"),
+        "rejected": status.count("rejected"),
+        "in_flight": status.count("in_flight"),
+    }
+    reasons: dict[str, int] = {}
+    for r in records:
+        if r["fail_reason"]:
+            reasons[r["fail_reason"]] = reasons.get(r["fail_reason"], 0) + 1
+    s["failure_reasons"] = dict(sorted(reasons.items()))
+    if n:
+        start = float(np.nanmin(col["arrival_s"]))
+        ends = col["finish_s"][finished]
+        end = float(ends.max()) if len(ends) else start
+    else:
+        start = end = 0.0
+    duration = max(end - start, 0.0)
+    s["duration_s"] = duration
+    out_tok = float(col["output_tokens"][finished].sum()) if n else 0.0
+    in_tok = float(col["prompt_tokens"][finished].sum()) if n else 0.0
+    s["total_input_tokens"] = int(in_tok)
+    s["total_output_tokens"] = int(out_tok)
+    s["request_throughput_req_s"] = s["completed"] / duration if duration > 0 else NAN
+    s["output_throughput_tok_s"] = out_tok / duration if duration > 0 else NAN
+    s["total_token_throughput_tok_s"] = (in_tok + out_tok) / duration if duration > 0 else NAN
+    empty = np.empty(0)
+    s.update(_stats("ttft_s", col["ttft_s"][finished] if n else empty))
+    s.update(_stats("tpot_s", col["tpot_s"][finished] if n else empty))
+    s.update(_stats("e2e_s", col["e2e_s"][finished] if n else empty))
+    gaps, mult = itl_distribution(instances, segments)
+    s.update(_stats("itl_s", gaps, mult))
+
+    # speculative decoding, vLLM's counters and definitions
+    nspec = config.speculative.num_speculative_tokens
+    drafts = int(col["num_drafts"].sum()) if n else 0
+    draft_tokens = int(col["num_draft_tokens"].sum()) if n else 0
+    accepted = int(col["num_accepted_tokens"].sum()) if n else 0
+    per_pos = (np.sum([r["accepted_per_pos"] for r in records], axis=0).astype(np.int64)
+               if n and nspec else np.zeros(nspec, dtype=np.int64))
+    s["num_drafts"] = drafts
+    s["num_draft_tokens"] = draft_tokens
+    s["num_accepted_tokens"] = accepted
+    s["num_accepted_tokens_per_pos"] = per_pos.tolist()
+    s["acceptance_rate"] = accepted / draft_tokens if draft_tokens else NAN
+    s["acceptance_length"] = 1.0 + accepted / drafts if drafts else NAN
+    s["per_position_acceptance_rates"] = (per_pos / drafts).tolist() if drafts else []
+
+    # KV transfer and the backoff's cost
+    s["kv_bytes_transferred"] = int(col["kv_bytes_transferred"].sum()) if n else 0
+    kt = col["kv_transfer_s"] if n else empty
+    kt = kt[~np.isnan(kt)]
+    s["kv_transfer_time_s"] = float(kt.sum()) if len(kt) else 0.0
+    s["mean_kv_transfer_s"] = float(kt.mean()) if len(kt) else NAN
+    s["tokens_recomputed_on_d"] = int(col["tokens_recomputed_on_d"].sum()) if n else 0
+    s["d_local_prefill_tokens"] = int(col["d_local_prefill_tokens"].sum()) if n else 0
+    s["preemptions"] = int(col["num_preemptions"].sum()) if n else 0
+
+    # SLOs and goodput
+    slo = config.slo
+    if slo.ttft_s is not None or slo.tpot_s is not None:
+        ok = finished.copy()
+        if slo.ttft_s is not None:
+            ok &= np.nan_to_num(col["ttft_s"], nan=np.inf) <= slo.ttft_s
+        if slo.tpot_s is not None:
+            tp = col["tpot_s"]
+            ok &= np.where(np.isnan(tp), True, tp <= slo.tpot_s)
+        s["slo_attainment"] = float(ok.sum() / n) if n else NAN
+        s["goodput_req_s"] = float(ok.sum() / duration) if duration > 0 else NAN
+        pct = slo.percentile
+        ttft_p = (float(np.percentile(col["ttft_s"][finished], pct))
+                  if finished.any() else NAN)
+        tp_f = col["tpot_s"][finished]
+        tp_f = tp_f[~np.isnan(tp_f)]
+        tpot_p = float(np.percentile(tp_f, pct)) if len(tp_f) else NAN
+        s["slo_ttft_percentile_s"] = ttft_p
+        s["slo_tpot_percentile_s"] = tpot_p
+        meets = s["completed"] == n
+        if slo.ttft_s is not None:
+            meets = meets and ttft_p <= slo.ttft_s
+        if slo.tpot_s is not None:
+            meets = meets and (math.isnan(tpot_p) or tpot_p <= slo.tpot_s)
+        s["slo_met"] = bool(meets)
+
+    # instances, time-weighted
+    horizon = max((float(f.step_end_s[-1]) for f in instances if len(f.step_end_s)),
+                  default=0.0)
+    per_inst = {}
+    for f in instances:
+        log = f.step_log
+        kv = (time_weighted_mean(log[:, 0], log[:, 1], log[:, 4] / f.num_blocks, horizon)
+              if len(log) else 0.0)
+        running = time_weighted_mean(log[:, 0], log[:, 1], log[:, 5], horizon) if len(log) \
+            else 0.0
+        per_inst[f.name] = {
+            "role": f.role, "steps": len(f.step_end_s),
+            "busy_fraction": f.busy_s / horizon if horizon > 0 else 0.0,
+            "mean_kv_usage": kv, "mean_running": running, "preemptions": f.preemptions,
+        }
+    s["instances"] = per_inst
+    return s

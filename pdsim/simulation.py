@@ -1,0 +1,238 @@
+"""One simulation: build the cluster from a config, run it, return the facts.
+
+``Simulation`` owns everything mutable (the SimPy environment, random streams, instances,
+links, requests); nothing lives at module level, so two simulations in one process never
+influence each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import count
+
+import simpy
+
+from pdsim.config import Role, SimConfig
+from pdsim.engine.connector import ConnectorScheduler, KVTransferParams, Link
+from pdsim.engine.instance import Instance
+from pdsim.engine.request import Phase, Request, Status
+from pdsim.engine.router import make_router
+from pdsim.results import Results, build_results
+from pdsim.rng import RandomStreams
+from pdsim.spec.acceptance import AcceptanceSampler
+from pdsim.workload import RequestSpecs, generate_requests
+
+ProgressFn = Callable[[int, int], None]
+
+
+class Simulation:
+    """A P/D (or colocated) cluster serving one workload under one config."""
+
+    def __init__(self, config: SimConfig, requests: RequestSpecs | None = None) -> None:
+        self.config = config
+        self.env = simpy.Environment()
+        self.streams = RandomStreams(config.seed)
+        self.specs = requests if requests is not None else generate_requests(
+            config.workload, self.streams)
+        self.acceptance_sampler = AcceptanceSampler(config.conditional_acceptance,
+                                                    self.streams.get("acceptance"))
+        self.provenance_rng = self.streams.get("provenance")
+        self.router = make_router(config.router.policy, self.streams.get("routing"))
+        self.connector = ConnectorScheduler(config)
+        self._tids = count()
+        self.instances: list[Instance] = []
+        self.by_role: dict[Role, list[Instance]] = {}
+        for role, group in config.cluster.groups():
+            members = []
+            for i in range(group.count):
+                inst = Instance(self, len(self.instances), f"{role.value[0].upper()}{i}", role,
+                                group)
+                self.instances.append(inst)
+                members.append(inst)
+            self.by_role[role] = members
+        self.links: dict[tuple[int, int], Link] = {}
+        bw = config.connector.link_bandwidth_gb_per_s * 1e9
+        for p in self.by_role.get(Role.PREFILL, []):
+            for d in self.by_role.get(Role.DECODE, []):
+                self.links[(p.index, d.index)] = Link(self.env, f"{p.name}->{d.name}", bw)
+        n_spec = config.speculative.num_speculative_tokens
+        hashes = self.specs.hash_ids
+        self.requests = [
+            Request(i, float(self.specs.arrival_s[i]), int(self.specs.prompt_tokens[i]),
+                    int(self.specs.output_tokens[i]), n_spec,
+                    hashes[i] if hashes is not None else None)
+            for i in range(len(self.specs))
+        ]
+        self.num_done = 0
+        self._next_release = 0
+        self._all_done = self.env.event()
+        self._progress: ProgressFn | None = None
+        self.lease_expired = 0
+
+    # ------------------------------------------------------------------- run
+
+    def run(self, progress: ProgressFn | None = None) -> Results:
+        """Simulate until every request has finished, failed or been rejected."""
+        self._progress = progress
+        for inst in self.instances:
+            self.env.process(inst.run())
+        if not self.requests:
+            return build_results(self)
+        if self.specs.closed_loop_concurrency is not None:
+            for _ in range(min(self.specs.closed_loop_concurrency, len(self.requests))):
+                self._release_next()
+        else:
+            self.env.process(self._arrivals())
+        self.env.run(until=self._all_done)
+        return build_results(self)
+
+    def _arrivals(self) -> simpy.events.ProcessGenerator:
+        env = self.env
+        for req in self.requests:
+            delay = req.arrival_s - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            self._dispatch(req)
+
+    def _release_next(self) -> None:
+        if self._next_release >= len(self.requests):
+            return
+        req = self.requests[self._next_release]
+        self._next_release += 1
+        req.arrival_s = self.env.now
+        self._dispatch(req)
+
+    # --------------------------------------------------------------- routing
+
+    def _choose(self, role: Role, req: Request) -> Instance:
+        cands: Sequence[Instance] = self.by_role[role]
+        return cands[self.router.choose(cands, req)]
+
+    def _dispatch(self, req: Request) -> None:
+        cfg = self.config
+        if req.prompt_tokens + req.output_target > cfg.model.max_model_len:
+            self.reject(req, "exceeds_max_model_len")
+            return
+        if cfg.cluster.mode == "colocated":
+            inst = self._choose(Role.COLOCATED, req)
+            if not self._fits(inst, req.prompt_tokens + req.output_target):
+                self.reject(req, "exceeds_kv_capacity")
+                return
+            req.d_instance = inst.name
+            req.d_queued_s = self.env.now
+            inst.add_request(req)
+            return
+        p = self._choose(Role.PREFILL, req)
+        params = KVTransferParams(do_remote_decode=True)
+        req.kv_params = params
+        req.p_prompt_tokens = self.connector._truncate_request_for_prefill(
+            params, req.prompt_tokens)
+        req.seq_tokens = req.p_prompt_tokens  # P runs it with max_tokens = 1
+        if not self._fits(p, req.p_prompt_tokens) or not any(
+                self._fits(d, req.prompt_tokens + req.output_target)
+                for d in self.by_role[Role.DECODE]):
+            self.reject(req, "exceeds_kv_capacity")
+            return
+        req.p_instance = p.name
+        req.p_queued_s = self.env.now
+        p.add_request(req)
+
+    def _fits(self, inst: Instance, tokens: int) -> bool:
+        need = inst.layout.blocks_for(tokens + 1 + inst.n_spec)
+        return need <= inst.pool.num_blocks
+
+    def on_prefill_done(self, req: Request, p: Instance) -> None:
+        """P sampled its token: the proxy forwards the original request to a D."""
+        params = req.kv_params
+        assert params is not None
+        params.do_remote_decode = False
+        params.do_remote_prefill = True
+        params.remote_engine_id = p.name
+        params.remote_num_tokens = req.p_prompt_tokens
+        params.remote_block_ids = tuple(p.pool.tables.get(req.id, ()))
+        d = self._choose(Role.DECODE, req)
+        req.d_instance = d.name
+        req.d_queued_s = self.env.now
+        req.seq_tokens = req.prompt_tokens
+        remote = self.connector._get_remote_prefill_token_count(req.prompt_tokens)
+        req.remote_tokens = min(remote, req.p_prompt_tokens)
+        if req.remote_tokens == 0:
+            p.release_pinned(req)
+            req.kv_params = None
+            req.tokens_recomputed_on_d = req.d_local_prefill_tokens = req.prompt_tokens
+        else:
+            lease = self.env.timeout(self.config.connector.kv_lease_s)
+            lease.callbacks.append(lambda _e, r=req, inst=p: self._lease_expired(r, inst))
+        d.add_request(req)
+
+    def _lease_expired(self, req: Request, p: Instance) -> None:
+        if req.id in p.pinned:
+            self.lease_expired += 1
+            p.release_pinned(req)
+
+    # -------------------------------------------------------------- transfer
+
+    def start_kv_transfer(self, req: Request, d: Instance) -> None:
+        """D allocated blocks for ``req``: handshake with P, then move the blocks."""
+        cfg = self.config.connector
+        p = next(i for i in self.by_role[Role.PREFILL] if i.name == req.p_instance)
+        link = self.links[(p.index, d.index)]
+        nbytes = d.layout.transfer_bytes(req.remote_tokens)
+        req.transfer_start_s = self.env.now
+        req.kv_bytes = nbytes
+        setup = cfg.setup_latency_s + (cfg.handshake_s if cfg.transfer_mode == "pull" else 0.0)
+        tid = next(self._tids)
+
+        def begin(_e: object) -> None:
+            if req.id not in p.pinned:
+                # P's lease ran out before D read: the blocks are gone.
+                d.kv_load_failed(req, cfg.kv_load_failure_policy == "recompute")
+                return
+            link.start(tid, nbytes, landed)
+
+        def landed(now: float) -> None:
+            req.transfer_end_s = now
+            p.release_pinned(req)  # D notifies P, which frees the blocks
+            d.kv_landed(req)
+
+        ev = self.env.timeout(setup)
+        ev.callbacks.append(begin)
+
+    # -------------------------------------------------------------- terminal
+
+    def finish(self, req: Request) -> None:
+        req.status = Status.FINISHED
+        req.finish_s = self.env.now
+        self._terminal(req)
+
+    def fail(self, req: Request, reason: str) -> None:
+        req.status = Status.FAILED
+        req.fail_reason = reason
+        req.finish_s = self.env.now
+        req.phase = Phase.DONE
+        self._terminal(req)
+
+    def reject(self, req: Request, reason: str) -> None:
+        req.status = Status.REJECTED
+        req.fail_reason = reason
+        req.phase = Phase.DONE
+        self._terminal(req)
+
+    def _terminal(self, req: Request) -> None:
+        self.num_done += 1
+        if self._progress is not None and (self.num_done % 256 == 0
+                                           or self.num_done == len(self.requests)):
+            self._progress(self.num_done, len(self.requests))
+        if self.specs.closed_loop_concurrency is not None:
+            self._release_next()
+        if self.num_done == len(self.requests) and not self._all_done.triggered:
+            self._all_done.succeed()
+
+
+def simulate(config: SimConfig, requests: RequestSpecs | None = None,
+             progress: ProgressFn | None = None) -> Results:
+    """Run one simulation of ``config`` and return its ``Results``."""
+    return Simulation(config, requests).run(progress)
+
+
+__all__ = ["Simulation", "simulate"]

@@ -1,0 +1,96 @@
+"""Slot-level provenance of the drafter modules' KV near the end of a prompt.
+
+Positions are 0-based; the prompt has ``L`` tokens (0..L-1) and token ``L`` is the first
+output token. Drafter module ``m`` (0-based) at position ``p`` consumes token ``p + m + 1``
+(reference section 2). A prefill that sees a prompt of ``L_seen`` tokens computes the
+modules' KV for positions ``< L_seen``; for the slots near its end the consumed token lies
+past ``L_seen`` and is a guess:
+
+- token ``< L_seen``: a known prompt token, the slot is exact;
+- token ``== L_seen == L``: P's own sampled first output token; under greedy decoding D
+  samples the same token, so the slot is exact (an assumption, stated in the README);
+- ``L_seen <= token <= L`` otherwise: P's guess (its sampled token or a draft) of a real
+  token it did not see because it was truncated: wrong with some probability (the
+  *residual* after the fix);
+- token ``> L``: an unverified draft of a later output token: stale.
+
+D overwrites every position from ``d_first_local`` on with its own final chunk, so the
+excess stale slots on D are P's guessed slots at positions ``< d_first_local``. Plain
+functions, cached on the relative offsets: the engine calls them once per request.
+"""
+
+from __future__ import annotations
+
+import enum
+from functools import lru_cache
+from typing import NamedTuple
+
+
+class SlotCause(enum.Enum):
+    """Why a slot may hold a wrong token's KV."""
+
+    UNVERIFIED_DRAFT = "unverified_draft"  # stale for certain
+    GUESS = "guess"  # stale unless P guessed the real token
+
+
+class StaleSlot(NamedTuple):
+    """One drafter KV slot on D that P wrote from a guessed token.
+
+    ``distance`` = L - position (1 is the slot just before the decode front at L);
+    ``guess_index`` = token - L_seen (0 is P's sampled token).
+    """
+
+    module: int
+    position: int
+    distance: int
+    cause: SlotCause
+    guess_index: int
+
+
+def p_guessed_slots(prompt_tokens: int, p_prompt_tokens: int,
+                    num_modules: int) -> list[tuple[int, int, int]]:
+    """(module, position, token) of every slot P's final chunk wrote from a guess."""
+    slots = []
+    for m in range(num_modules):
+        first = max(0, p_prompt_tokens - m - 1)
+        for p in range(first, p_prompt_tokens):
+            tok = p + m + 1
+            if tok < p_prompt_tokens:
+                continue
+            if tok == p_prompt_tokens == prompt_tokens:
+                continue  # P's greedy sample of the real first output token
+            slots.append((m, p, tok))
+    return slots
+
+
+def d_excess_stale_slots(prompt_tokens: int, p_prompt_tokens: int, d_first_local: int,
+                         num_modules: int) -> list[StaleSlot]:
+    """Slots P left wrong (or possibly wrong) that D's own final chunk does not rewrite."""
+    rel = _relative(prompt_tokens - p_prompt_tokens, prompt_tokens - d_first_local,
+                    num_modules, prompt_tokens)
+    return [StaleSlot(m, prompt_tokens - d, d, cause, k) for m, d, cause, k in rel]
+
+
+@lru_cache(maxsize=4096)
+def _relative(backoff: int, d_local: int, num_modules: int,
+              prompt_tokens: int) -> tuple[tuple[int, int, SlotCause, int], ...]:
+    p_seen = prompt_tokens - backoff
+    d_first = prompt_tokens - d_local
+    out = []
+    for m, p, tok in p_guessed_slots(prompt_tokens, p_seen, num_modules):
+        if p >= d_first:
+            continue
+        cause = SlotCause.UNVERIFIED_DRAFT if tok > prompt_tokens else SlotCause.GUESS
+        out.append((m, prompt_tokens - p, cause, tok - p_seen))
+    return tuple(out)
+
+
+def excess_profile(backoff: int, d_local: int, num_modules: int, prompt_tokens: int
+                   ) -> tuple[tuple[int, int, SlotCause, int], ...]:
+    """(module, distance, cause, guess_index) rows of D's excess stale slots, cached.
+
+    Only the offsets matter once the prompt is longer than a few drafter windows, so the
+    cache key clips the prompt length there.
+    """
+    clip = 4 * (num_modules + backoff + d_local + 2)
+    return _relative(backoff, d_local, num_modules, min(prompt_tokens, clip))
