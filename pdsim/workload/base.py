@@ -13,8 +13,11 @@ class RequestSpecs:
 
     ``arrival_s`` is the arrival time of each request in seconds from the start, sorted
     ascending; under a closed loop (``closed_loop_concurrency`` set) it is NaN and the
-    engine releases request i when an earlier one finishes. ``hash_ids`` optionally gives
-    each request's prompt as a sequence of block hashes (Mooncake traces) for prefix caching.
+    engine releases request i when an earlier one finishes. ``prompt_tokens`` and
+    ``output_tokens`` are >= 1. ``hash_ids`` optionally gives each request's prompt as a
+    sequence of block hashes (Mooncake traces) for prefix caching, one per
+    ``meta["hash_block_tokens"]`` prompt tokens. ``source`` is ``synthetic``, ``mooncake``
+    or ``azure``.
     """
 
     arrival_s: np.ndarray  # float64, seconds
