@@ -1,0 +1,5 @@
+"""``python -m pdsim`` runs the CLI."""
+
+from pdsim.cli import main
+
+main()

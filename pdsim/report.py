@@ -1,0 +1,94 @@
+"""Rich tables for the terminal: a run's summary and a before/after comparison."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.table import Table
+
+from pdsim.compare import Comparison
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        if abs(v) >= 1e5:
+            return f"{v:,.0f}"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def summary_table(summary: dict[str, Any], title: str = "pdsim summary") -> Table:
+    """The headline metrics of one run."""
+    t = Table(title=title, show_header=True, header_style="bold")
+    t.add_column("metric")
+    t.add_column("mean", justify="right")
+    t.add_column("p50", justify="right")
+    t.add_column("p90", justify="right")
+    t.add_column("p99", justify="right")
+    for key, label in (("ttft_s", "TTFT (ms)"), ("tpot_s", "TPOT (ms)"),
+                       ("itl_s", "ITL (ms)"), ("e2e_s", "E2E (s)")):
+        scale = 1.0 if key == "e2e_s" else 1e3
+        t.add_row(label, *(_fmt(summary[f"{s}_{key}"] * scale)
+                           for s in ("mean", "p50", "p90", "p99")))
+    t2 = Table(show_header=False, box=None)
+    t2.add_column("k")
+    t2.add_column("v", justify="right")
+    rows = [
+        ("requests (finished / failed / rejected)",
+         f"{summary['completed']} / {summary['failed']} / {summary['rejected']}"),
+        ("duration (s)", _fmt(summary["duration_s"])),
+        ("request throughput (req/s)", _fmt(summary["request_throughput_req_s"], 3)),
+        ("output throughput (tok/s)", _fmt(summary["output_throughput_tok_s"], 1)),
+        ("acceptance length", _fmt(summary["acceptance_length"], 3)),
+        ("acceptance rate (%)", _fmt(summary["acceptance_rate"] * 100
+                                     if summary["num_draft_tokens"] else None, 2)),
+        ("per-position rates (%)", " ".join(f"{r * 100:.1f}"
+                                            for r in summary["per_position_acceptance_rates"])
+         or "-"),
+        ("KV transferred (GB)", _fmt(summary["kv_bytes_transferred"] / 1e9, 3)),
+        ("mean KV transfer (ms)", _fmt(summary["mean_kv_transfer_s"] * 1e3)),
+        ("tokens recomputed on D (backoff)", str(summary["tokens_recomputed_on_d"])),
+        ("preemptions", str(summary["preemptions"])),
+    ]
+    if "slo_attainment" in summary:
+        rows.append(("SLO attainment (%)", _fmt(summary["slo_attainment"] * 100, 1)))
+        rows.append(("goodput (req/s)", _fmt(summary["goodput_req_s"], 3)))
+    if summary.get("failure_reasons"):
+        rows.append(("failure reasons", ", ".join(f"{k}: {v}" for k, v in
+                                                  summary["failure_reasons"].items())))
+    for k, v in rows:
+        t2.add_row(k, v)
+    outer = Table.grid()
+    outer.add_row(t)
+    outer.add_row(t2)
+    return outer
+
+
+def comparison_table(cmp: Comparison, title: str = "P/D before vs after the fix") -> Table:
+    """Side-by-side metrics of the variants, plus the after/before change."""
+    names = list(cmp.variants)
+    t = Table(title=title, header_style="bold")
+    t.add_column("metric")
+    for n in names:
+        t.add_column(n.replace("_", " "), justify="right")
+    has_pair = "pd_before_fix" in names and "pd_after_fix" in names
+    if has_pair:
+        t.add_column("after vs before", justify="right")
+    for row in cmp.table():
+        cells = [_fmt(row[n]) for n in names]
+        if has_pair:
+            b, a = row["pd_before_fix"], row["pd_after_fix"]
+            if row["key"] in ("acceptance_rate",) or row["key"].startswith("per_position"):
+                change = f"{a - b:+.1f} pt" if a is not None and b is not None else "-"
+            elif a is not None and b not in (None, 0.0):
+                change = f"{(a / b - 1) * 100:+.1f}%"
+            else:
+                change = "-"
+            cells.append(change)
+        t.add_row(row["metric"], *cells)
+    return t
