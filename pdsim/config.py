@@ -64,9 +64,14 @@ class LayerGroup(StrictModel):
 
 
 class ModelConfig(StrictModel):
-    """The served model, as far as KV layout and drafting are concerned."""
+    """The served model, as far as KV layout and drafting are concerned.
+
+    ``profile`` names a shipped model profile (``pdsim profile`` lists them); the loader
+    fills every field the YAML leaves out from that profile's architecture.
+    """
 
     name: str = "custom"
+    profile: str | None = None
     layer_groups: tuple[LayerGroup, ...] = (
         LayerGroup(num_layers=61, kv_bytes_per_token_per_layer=1152),
     )
@@ -155,9 +160,9 @@ class StaleKVConfig(StrictModel):
     guess k past the end is right with probability ``residual_guess_accuracy ** (k + 1)``.
     """
 
-    sensitivity_per_slot: NonNegFloat = 0.16
+    sensitivity_per_slot: NonNegFloat = 1.99
     decay_tokens: PositiveFloat | None = None
-    residual_guess_accuracy: Probability = 0.9
+    residual_guess_accuracy: Probability = 0.989
 
 
 SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp"]
@@ -208,13 +213,14 @@ class SchedulerConfig(StrictModel):
 class InstanceGroupConfig(StrictModel):
     """``count`` identical instances.
 
-    The KV pool is ``scheduler.num_blocks`` when given, otherwise ``kv_cache_gib`` of KV
-    memory divided into blocks.
+    The KV pool is ``scheduler.num_blocks`` when given, else ``kv_cache_gib`` of KV memory
+    divided into blocks, else (``kv_cache_gib: null`` with a roofline step time) what the
+    hardware's memory leaves after the weights.
     """
 
     count: NonNegInt = 1
     scheduler: SchedulerConfig = SchedulerConfig()
-    kv_cache_gib: PositiveFloat | None = 40.0
+    kv_cache_gib: PositiveFloat | None = None
 
 
 class ClusterConfig(StrictModel):
@@ -222,10 +228,12 @@ class ClusterConfig(StrictModel):
 
     mode: Literal["disaggregated", "colocated"] = "disaggregated"
     prefill: InstanceGroupConfig = InstanceGroupConfig(
-        scheduler=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=8192))
+        scheduler=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=8192),
+        kv_cache_gib=40.0)
     decode: InstanceGroupConfig = InstanceGroupConfig(
-        scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=2048))
-    colocated: InstanceGroupConfig = InstanceGroupConfig(count=1)
+        scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=2048),
+        kv_cache_gib=40.0)
+    colocated: InstanceGroupConfig = InstanceGroupConfig(count=1, kv_cache_gib=40.0)
 
     def groups(self) -> list[tuple[Role, InstanceGroupConfig]]:
         """The instance groups this mode runs, in a fixed order."""
@@ -333,14 +341,37 @@ class SimConfig(StrictModel):
         return self.speculative.acceptance.conditional(n)
 
     def num_blocks(self, role: Role) -> int:
-        """KV blocks of one instance of ``role``: given, or KV memory / block bytes."""
+        """KV blocks of one instance of ``role``: given, from ``kv_cache_gib``, or derived
+        from the hardware's memory (roofline step time). Raises ``ConfigError``."""
+        cache = self.__dict__.setdefault("_num_blocks_cache", {})
+        if role in cache:
+            return int(cache[role])
         group = dict(self.cluster.groups())[role]
         sched = group.scheduler
+        path = f"cluster.{role.value}"
         if sched.num_blocks is not None:
-            return sched.num_blocks
-        assert group.kv_cache_gib is not None
-        block_bytes = sched.block_size * max(1, self.kv_bytes_per_token)
-        return max(1, math.floor(group.kv_cache_gib * 2**30 / block_bytes))
+            n = sched.num_blocks
+        elif group.kv_cache_gib is not None:
+            block_bytes = sched.block_size * max(1, self.kv_bytes_per_token)
+            n = max(1, math.floor(group.kv_cache_gib * 2**30 / block_bytes))
+        elif self.step_time.kind == "roofline":
+            from pdsim.perf.memory import kv_blocks_per_instance
+
+            st = self.step_time
+            n = kv_blocks_per_instance(
+                st.resolved_model(), st.resolved_hardware(), st.tensor_parallel_size,
+                st.gpu_memory_utilization, sched.block_size,
+                expert_parallel_size=st.expert_parallel_size,
+                drafter_modules=(self.num_drafter_modules
+                                 if self.speculative.method in EAGLE_FAMILY else 0),
+                max_num_seqs=sched.max_num_seqs if self.model.has_mamba else None,
+                runtime_reserve_gib=st.runtime_reserve_gib, path=path)
+        else:
+            raise ConfigError(f"{path}.kv_cache_gib",
+                              "give kv_cache_gib or scheduler.num_blocks (or use a roofline "
+                              "step_time, which derives the KV pool from the hardware)")
+        cache[role] = n
+        return n
 
     # -------------------------------------------------------------- validation
 
@@ -373,9 +404,10 @@ class SimConfig(StrictModel):
             sched = group.scheduler
             if group.count < 1:
                 continue
-            if sched.num_blocks is None and group.kv_cache_gib is None:
-                issues.append((f"{path}.kv_cache_gib",
-                               "give scheduler.num_blocks or kv_cache_gib"))
+            try:
+                self.num_blocks(role)
+            except ConfigError as exc:
+                issues.extend(exc.issues)
             if role is not Role.PREFILL and sched.max_num_batched_tokens < (
                     sched.max_num_seqs * n_query):
                 issues.append((f"{path}.scheduler.max_num_batched_tokens",

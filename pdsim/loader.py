@@ -120,8 +120,27 @@ def _set_child(node: Any, part: str, value: Any, path: str) -> None:
         raise ConfigError(path, "cannot set an item of this list (index out of range)")
 
 
+def expand_profiles(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Fill ``model`` from ``model.profile`` (explicit keys win) and default a roofline
+    step time's ``model`` to the same profile, so the profile is named once."""
+    out = dict(data)
+    model = out.get("model")
+    profile = model.get("profile") if isinstance(model, dict) else None
+    if isinstance(profile, str):
+        from pdsim.perf.profiles import model_config_fields
+
+        st = out.get("step_time")
+        kv_dtype = st.get("kv_cache_dtype") if isinstance(st, dict) else None
+        fields = model_config_fields(profile, kv_cache_dtype=kv_dtype, path="model.profile")
+        out["model"] = {**fields, **model}
+        if isinstance(st, dict) and st.get("kind") == "roofline" and "model" not in st:
+            out["step_time"] = {**st, "model": profile}
+    return out
+
+
 def config_from_dict(data: Mapping[str, Any]) -> SimConfig:
     """Validate a plain mapping (YAML-shaped) into a ``SimConfig``."""
+    data = expand_profiles(data)
     try:
         payload = json.dumps(data, allow_nan=False)
     except (TypeError, ValueError) as exc:
