@@ -7,6 +7,7 @@ influence each other.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from itertools import count
 
@@ -68,6 +69,8 @@ class Simulation:
         self._all_done = self.env.event()
         self._progress: ProgressFn | None = None
         self.lease_expired = 0
+        self.closed_loop = self.specs.closed_loop_concurrency is not None
+        self.next_arrival_s = math.inf
 
     # ------------------------------------------------------------------- run
 
@@ -91,8 +94,38 @@ class Simulation:
         for req in self.requests:
             delay = req.arrival_s - env.now
             if delay > 0:
+                self.next_arrival_s = req.arrival_s
                 yield env.timeout(delay)
             self._dispatch(req)
+        self.next_arrival_s = math.inf
+
+    def quiet_until(self, inst: Instance, full: bool = False) -> float:
+        """A time before which nothing outside ``inst`` can change what ``inst`` does.
+
+        Requests reach a D only when a P finishes a step (or a lease expires) and through
+        D's own inbound transfers; they reach P and colocated instances only on arrival.
+        Closed loops (a finish releases an arrival anywhere) fall back to the next event.
+        ``full``: the instance's batch is full, so arrivals cannot change it before one
+        of its own requests finishes (which ends the run anyway).
+        """
+        if self.closed_loop:
+            return self.env.peek()
+        if full:
+            return math.inf  # a full batch admits nothing until one of its requests ends
+        if inst.role is not Role.DECODE:
+            return self.next_arrival_s
+        bound = math.inf
+        lease = self.config.connector.kv_lease_s
+        for p in self.by_role[Role.PREFILL]:
+            # a busy P hands over requests only when its step ends; an idle one no
+            # earlier than the next arrival
+            busy = (p.step_end_at if p.step_end_at < math.inf
+                    else self.next_arrival_s + p.min_step_s)
+            bound = min(bound, busy, p.lease_deadline_s(lease),
+                        self.links[(p.index, inst.index)].next_done_s)
+            if inst.pending_setup_s:
+                bound = min(bound, min(inst.pending_setup_s))
+        return bound
 
     def _release_next(self) -> None:
         if self._next_release >= len(self.requests):
@@ -183,7 +216,11 @@ class Simulation:
         setup = cfg.setup_latency_s + (cfg.handshake_s if cfg.transfer_mode == "pull" else 0.0)
         tid = next(self._tids)
 
+        start_s = self.env.now + setup
+        d.pending_setup_s.append(start_s)
+
         def begin(_e: object) -> None:
+            d.pending_setup_s.remove(start_s)
             if req.id not in p.pinned:
                 # P's lease ran out before D read: the blocks are gone.
                 d.kv_load_failed(req, cfg.kv_load_failure_policy == "recompute")
@@ -200,9 +237,10 @@ class Simulation:
 
     # -------------------------------------------------------------- terminal
 
-    def finish(self, req: Request) -> None:
+    def finish(self, req: Request, at_s: float | None = None) -> None:
+        """``req`` emitted its last token (at ``at_s``, default now)."""
         req.status = Status.FINISHED
-        req.finish_s = self.env.now
+        req.finish_s = self.env.now if at_s is None else at_s
         self._terminal(req)
 
     def fail(self, req: Request, reason: str) -> None:

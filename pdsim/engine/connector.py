@@ -6,6 +6,7 @@ shared ``num_prefill_lookahead_tokens`` from the config; none derives lookahead 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -107,6 +108,7 @@ class Link:
     _flows: dict[int, _Flow] = field(default_factory=dict)
     _last_s: float = 0.0
     _gen: int = 0
+    next_done_s: float = math.inf  # when the next flow on this link completes
     bytes_moved: float = 0.0
     busy_s: float = 0.0
     samples: list[tuple[float, float]] = field(default_factory=list)
@@ -149,11 +151,13 @@ class Link:
         self._gen += 1
         self.samples.append((self.env.now, self.bandwidth_bytes_per_s if self._flows else 0.0))
         if not self._flows:
+            self.next_done_s = math.inf
             return
         gen = self._gen
         first = min(self._flows.values(), key=lambda f: (f.remaining_bytes, f.tid))
         share = self.bandwidth_bytes_per_s / len(self._flows)
         delay = max(0.0, first.remaining_bytes) / share
+        self.next_done_s = self.env.now + delay
         ev = self.env.timeout(delay)
         ev.callbacks.append(lambda _e: self._on_timer(gen, first.tid))
 

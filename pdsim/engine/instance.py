@@ -35,7 +35,7 @@ class StepPlan(NamedTuple):
     """What one step computes: prefill chunks and the decode slots."""
 
     chunks: list[tuple[Request, int]]
-    decode_idx: np.ndarray
+    num_decode: int  # decode rows 0..num_decode-1 at schedule time
     batch: StepBatch
 
 
@@ -58,6 +58,9 @@ class Instance:
         self.layout = KVLayout.from_config(cfg, sched.block_size)
         self.pool = BlockPool(cfg.num_blocks(role))
         self.step_model = build_step_time_model(cfg, role)
+        # the shortest step this instance can take (a one-token prefill): a lower bound on
+        # how soon work arriving now can come out of it
+        self.min_step_s = self.step_model.step_time_s(StepBatch(1, 1.0, 0, 0, 0, 0))
         self.lookahead = cfg.num_prefill_lookahead_tokens  # the shared contract
         self.n_spec = cfg.speculative.num_speculative_tokens if role is not Role.PREFILL else 0
         self.decodes = role is not Role.PREFILL
@@ -81,10 +84,11 @@ class Instance:
         self.pinned: dict[int, Request] = {}
         self._wake: simpy.Event | None = None
 
-        # decode-phase arrays, one row per slot
+        # decode-phase arrays: rows 0..k-1 hold the k decoding requests (kept dense, so a
+        # step works on views, never on gathered copies)
         s = self.max_num_seqs
+        self.k = 0
         self.req_of_slot: list[Request | None] = [None] * s
-        self._free_slots = list(range(s - 1, -1, -1))
         self.ctx = np.zeros(s, dtype=np.int64)
         self.out = np.zeros(s, dtype=np.int64)
         self.tgt = np.zeros(s, dtype=np.int64)
@@ -96,10 +100,14 @@ class Instance:
         self.prev_rej = np.zeros(s, dtype=np.int64)
         self.cache_valid = np.zeros(s, dtype=np.int64)
         self.stale = np.zeros((s, max(1, self.num_modules)), dtype=np.float64)
-        self.active = np.zeros(s, dtype=bool)
-        self._idx_cache: np.ndarray | None = np.empty(0, dtype=np.int64)
+        self._rows = (self.ctx, self.out, self.tgt, self.blocks, self.seg_first, self.n_drafts,
+                      self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale)
         self._arange_n = np.arange(n)
 
+        self.max_run_steps = 64  # decode steps one vectorized run may take
+        self._last_dt = 0.01  # recent decode step time, to size a run
+        self.step_end_at = math.inf  # end of the step in progress (inf when idle)
+        self.pending_setup_s: list[float] = []  # inbound transfers still in setup
         # facts
         self.step_end_s: list[float] = []
         self.step_log: list[tuple[float, float, int, int, int, int, int, int]] = []
@@ -159,6 +167,12 @@ class Instance:
         self.waiting.appendleft(req)
         self.notify()
 
+    def lease_deadline_s(self, lease_s: float) -> float:
+        """Earliest lease expiry among pinned requests (pinned in P-end order)."""
+        for req in self.pinned.values():
+            return req.p_end_s + lease_s
+        return math.inf
+
     def release_pinned(self, req: Request) -> int:
         """P side: D has read (or the lease expired): free the request's blocks."""
         if self.pinned.pop(req.id, None) is None:
@@ -175,22 +189,28 @@ class Instance:
         while True:
             plan = self._schedule() if (self.waiting or self.running) else None
             if plan is None:
+                self.step_end_at = math.inf
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
                 continue
             dt = self.step_model.step_time_s(plan.batch)
+            self._last_dt = dt
             start = env.now
+            self.step_end_at = start + dt
             yield env.timeout(dt)
             self.busy_s += dt
             self._complete(plan, start)
+            if not plan.chunks and self.k:
+                # Nothing external can happen before env.peek(): run the decode steps up
+                # to then in one vectorized pass, then let simulated time catch up.
+                ahead = self._decode_run()
+                if ahead > 0:
+                    self.busy_s += ahead
+                    self.step_end_at = env.now + ahead
+                    yield env.timeout(ahead)
 
     # --------------------------------------------------------------- schedule
-
-    def _decode_idx(self) -> np.ndarray:
-        if self._idx_cache is None:
-            self._idx_cache = np.flatnonzero(self.active)
-        return self._idx_cache
 
     def _chunk(self, req: Request, budget: int) -> int:
         remaining = req.seq_tokens - req.num_computed
@@ -217,26 +237,24 @@ class Instance:
         budget = self.max_batched_tokens
         q = 1 + self.n_spec
         layout, pool = self.layout, self.pool
-        idx = self._decode_idx()
-        if len(idx):
+        k = self.k
+        if k:
             while True:
-                need = layout.blocks_for_array(self.ctx[idx] + q) - self.blocks[idx]
-                grow = need > 0
-                total = int(need[grow].sum())
+                need = layout.blocks_for_array(self.ctx[:k] + q) - self.blocks[:k]
+                total = int(need.sum()) if need.any() else 0
                 if total <= pool.num_free:
                     break
                 if not self._preempt_tail():
                     break
-                idx = self._decode_idx()
+                k = self.k
             if total:
-                for s in idx[grow].tolist():
-                    n = int(self.blocks[s])
-                    extra = int(layout.blocks_for(int(self.ctx[s]) + q)) - n
+                for s in np.flatnonzero(need > 0).tolist():
+                    extra = int(need[s])
                     req = self.req_of_slot[s]
                     assert req is not None
                     if pool.allocate(req.id, extra):
-                        self.blocks[s] = n + extra
-            budget -= len(idx) * q
+                        self.blocks[s] += extra
+            budget -= k * q
 
         chunks: list[tuple[Request, int]] = []
         for req in list(self.prefilling):
@@ -259,7 +277,7 @@ class Instance:
             pool.allocate(req.id, extra)
             chunks.append((req, n))
             budget -= n
-        idx = self._decode_idx()
+        k = self.k
 
         skipped: list[Request] = []
         waiting = self.waiting
@@ -294,21 +312,20 @@ class Instance:
         for req in reversed(skipped):
             waiting.appendleft(req)
 
-        if not chunks and not len(idx):
+        if not chunks and not k:
             return None
         prefill_tokens = 0
         pairs = 0.0
         for req, n in chunks:
             prefill_tokens += n
             pairs += n * (req.num_computed + (n + 1) / 2)
-        k = len(idx)
         if k:
-            ctx_sum = int(self.ctx[idx].sum())
-            repair = int(np.maximum(self.prev_rej[idx] - 1, 0).sum()) if self.n_spec else 0
+            ctx_sum = int(self.ctx[:k].sum())
+            repair = int(np.maximum(self.prev_rej[:k] - 1, 0).sum()) if self.n_spec else 0
         else:
             ctx_sum = repair = 0
         batch = StepBatch(prefill_tokens, pairs, k, k * q, ctx_sum, repair)
-        return StepPlan(chunks, idx, batch)
+        return StepPlan(chunks, k, batch)
 
     def _preempt_tail(self) -> bool:
         """Preempt the lowest-priority running request (recompute); False if none."""
@@ -351,8 +368,8 @@ class Instance:
             if req.num_computed >= req.seq_tokens:
                 req.final_chunk_tokens = n
                 self._prefill_done(req, step, now)
-        if len(plan.decode_idx):
-            self._decode_step(plan.decode_idx, step, now)
+        if plan.num_decode:
+            self._decode_step(plan.num_decode, step, now)
         self.step_log.append((start_s, now, b.prefill_tokens, b.decode_requests,
                               self.pool.num_used, len(self.running), len(self.waiting),
                               len(self.receiving)))
@@ -379,12 +396,11 @@ class Instance:
         self._enter_decode(req, step)
 
     def _enter_decode(self, req: Request, step: int) -> None:
-        s = self._free_slots.pop()
+        s = self.k
+        self.k += 1
         req.slot = s
         req.phase = Phase.DECODE
         self.req_of_slot[s] = req
-        self.active[s] = True
-        self._idx_cache = None
         self.ctx[s] = req.seq_tokens
         self.out[s] = req.num_output
         self.tgt[s] = req.max_tokens
@@ -429,48 +445,184 @@ class Instance:
         req.num_accepted_tokens += int(self.n_acc[s])
         if self.n_spec:
             req.accepted_per_pos += self.acc_pos[s, : self.n_spec]
-        self.active[s] = False
-        self.req_of_slot[s] = None
-        self._free_slots.append(s)
-        self._idx_cache = None
+        last = self.k - 1
+        if s != last:  # keep rows dense: move the last row into the hole
+            for arr in self._rows:
+                arr[s] = arr[last]
+            moved = self.req_of_slot[last]
+            assert moved is not None
+            moved.slot = s
+            self.req_of_slot[s] = moved
+        self.req_of_slot[last] = None
+        self.k = last
         req.slot = -1
 
-    def _decode_step(self, idx: np.ndarray, step: int, now: float) -> None:
+    def _decode_step(self, k: int, step: int, now: float) -> None:
         n = self.n_spec
+        out = self.out[:k]
         if n:
             rates = None
-            stale = self.stale[idx]
+            stale = self.stale[:k]
             if stale.any():
                 rates = self.cond * np.exp(-self.beta * stale[:, self.module_of_pos])
-            a = self.sampler.draw(len(idx), rates)
+            a = self.sampler.draw(k, rates)
             emitted = a + 1
-            self.n_drafts[idx] += 1
-            self.n_acc[idx] += a
-            self.acc_pos[idx] += self._arange_n < a[:, None]
+            self.n_drafts[:k] += 1
+            self.n_acc[:k] += a
+            self.acc_pos[:k] += self._arange_n < a[:, None]
             if self.multi_module:
-                cache = self.cache_valid[idx]
-                garbage = np.maximum(self.prev_rej[idx] - 1 - cache, 0)
-                if garbage.any():
+                cache = self.cache_valid[:k]
+                garbage = self.prev_rej[:k] - 1 - cache
+                if (garbage > 0).any():
                     # The re-prefill cache is short of entries: the repair recomputes those
                     # positions from garbage, into every module (module 0 included).
-                    stale = stale + garbage[:, None]
+                    stale += np.maximum(garbage, 0)[:, None]
                 if self.decay_tokens is not None:
-                    stale = stale * np.exp(-emitted / self.decay_tokens)[:, None]
-                self.stale[idx] = stale
-                self.cache_valid[idx] = np.minimum(n - 1, cache + emitted)
-                self.prev_rej[idx] = n - a
+                    stale *= np.exp(-emitted / self.decay_tokens)[:, None]
+                np.minimum(cache + emitted, n - 1, out=cache)
+                np.subtract(n, a, out=self.prev_rej[:k])
+            out += emitted
+            self.ctx[:k] += emitted
         else:
-            emitted = 1
-        out = self.out[idx] + emitted
-        self.ctx[idx] += emitted
-        done = out >= self.tgt[idx]
-        self.out[idx] = np.minimum(out, self.tgt[idx])
+            out += 1
+            self.ctx[:k] += 1
+        tgt = self.tgt[:k]
+        done = out >= tgt
         if done.any():
-            for s in idx[done].tolist():
-                req = self.req_of_slot[s]
-                assert req is not None
-                self._release_slot(req, step)
-                self.running.remove(req)
-                self.pool.free(req.id)
-                req.phase = Phase.DONE
-                self.sim.finish(req)
+            np.minimum(out, tgt, out=out)
+            # release from the highest row down so moved rows are never revisited
+            for s in np.flatnonzero(done)[::-1].tolist():
+                self._finish_row(s, step, now)
+
+    def _finish_row(self, s: int, step: int, at_s: float) -> None:
+        req = self.req_of_slot[s]
+        assert req is not None
+        self._release_slot(req, step)
+        self.running.remove(req)
+        self.pool.free(req.id)
+        req.phase = Phase.DONE
+        self.sim.finish(req, at_s)
+
+    def _decode_run(self) -> float:
+        """Run pure-decode steps ahead of the event loop; the simulated time they take.
+
+        Allowed only when the steps are independent of anything external until the
+        horizon (``Simulation.quiet_until``): no prefill running, no admissible waiting
+        request (the queue is empty, or the batch is full: then nothing can join before a
+        request finishes, and the first finish ends the run), no closed-loop
+        release (a finish ends the run), per-request acceptance rates constant over the
+        steps (no re-prefill cache short of entries, no decaying stale weights) and enough
+        free blocks for every step. Within those bounds the steps are exactly the ones the
+        step-by-step loop would take, computed with a few (steps x rows) array operations.
+        Acceptance uniforms are drawn for the whole window, so a run differs from a
+        step-by-step one in which uniform each step sees, never in the model. The queue
+        depths logged for the steps of a run are those at its start.
+        """
+        k = self.k
+        full = k >= self.max_num_seqs
+        if not k or self.prefilling or not self.decodes or (self.waiting and not full):
+            return 0.0
+        n = self.n_spec
+        stale = self.stale[:k]
+        if self.multi_module and (self.cache_valid[:k] < n - 1).any():
+            return 0.0
+        has_stale = bool(n) and bool(stale.any())
+        if has_stale and self.decay_tokens is not None:
+            return 0.0
+        env = self.env
+        horizon = self.sim.quiet_until(self, full) - env.now
+        if not horizon > 0:
+            return 0.0
+        # enough steps to reach the horizon at the last step's pace, within the cap
+        pace = horizon / max(self._last_dt, 1e-9)
+        K = self.max_run_steps if pace >= self.max_run_steps else max(1, int(pace) + 2)
+        q = 1 + n
+        if n:
+            rates = None
+            if has_stale:
+                rates = self.cond * np.exp(-self.beta * stale[:, self.module_of_pos])
+            a = self.sampler.draw_steps(K, k, rates)
+            e = a + 1
+        else:
+            a = None
+            e = np.ones((K, k), dtype=np.int64)
+        cum = np.cumsum(e, axis=0)
+        out0 = self.out[:k]
+        tgt = self.tgt[:k]
+        fin = (out0 + cum) >= tgt
+        fstep = np.where(fin.any(axis=0), fin.argmax(axis=0), K)  # step each row finishes
+        steps = np.arange(K)[:, None]
+        act = steps <= fstep  # row r decodes in step j
+        ctx_start = self.ctx[:k] + cum - e
+        k_j = act.sum(axis=1)
+        ctx_sum = (ctx_start * act).sum(axis=1)
+        if n:
+            assert a is not None
+            prev = np.vstack((self.prev_rej[:k][None, :], n - a[:-1]))
+            repair = (np.maximum(prev - 1, 0) * act).sum(axis=1)
+        else:
+            repair = np.zeros(K, dtype=np.int64)
+        limit = K
+        if full or self.waiting or self.sim.closed_loop:
+            limit = min(K, int(fstep.min()) + 1)
+        # blocks each row holds at the start of step j, never less than now
+        held0 = self.blocks[:k]
+        need = np.maximum.accumulate(
+            np.maximum(self.layout.blocks_for_array(ctx_start + q), held0) * act, axis=0)
+        short = np.flatnonzero((need - held0).sum(axis=1) > self.pool.num_free)
+        if len(short):
+            limit = min(limit, int(short[0]))
+        ends: list[float] = []
+        t = 0.0
+        model = self.step_model
+        for j in range(limit):
+            if t >= horizon:
+                break
+            kj = int(k_j[j])
+            t += model.step_time_s(StepBatch(0, 0.0, kj, kj * q, int(ctx_sum[j]),
+                                             int(repair[j])))
+            ends.append(t)
+        m = len(ends)
+        if m == 0:
+            return 0.0
+        self._last_dt = ends[-1] / m
+        # commit m steps
+        t0 = env.now
+        base = len(self.step_end_s)
+        done_in = fstep < m
+        last = np.minimum(fstep, m - 1)  # last step each row takes part in
+        cols = np.arange(k)
+        emitted = cum[last, cols]
+        mact = act[:m]
+        taken = last + 1
+        np.minimum(out0 + emitted, tgt, out=out0)
+        self.ctx[:k] += emitted
+        if n:
+            assert a is not None
+            am = a[:m] * mact
+            self.n_drafts[:k] += taken
+            self.n_acc[:k] += am.sum(axis=0)
+            self.acc_pos[:k] += (am[:, :, None] > self._arange_n).sum(axis=0)
+            self.prev_rej[:k] = n - a[last, cols]
+        final_need = need[last, cols]
+        for s in np.flatnonzero(final_need > held0).tolist():
+            req = self.req_of_slot[s]
+            assert req is not None
+            extra = int(final_need[s] - held0[s])
+            self.pool.allocate(req.id, extra)
+            held0[s] += extra
+        # per-step log: KV blocks in use and running requests after each step
+        alive = steps[:m] < fstep  # still running after step j
+        other = self.pool.num_used - int(held0.sum())
+        kv_used = other + (need[:m] * alive).sum(axis=1)
+        running_after = len(self.running) - (~alive).sum(axis=1)
+        starts = [0.0, *ends[:-1]]
+        nw, nr = len(self.waiting), len(self.receiving)
+        for j in range(m):
+            self.step_end_s.append(t0 + ends[j])
+            self.step_log.append((t0 + starts[j], t0 + ends[j], 0, int(k_j[j]),
+                                  int(kv_used[j]), int(running_after[j]), nw, nr))
+        for s in np.flatnonzero(done_in)[::-1].tolist():
+            f = int(fstep[s])
+            self._finish_row(s, base + f, t0 + ends[f])
+        return ends[-1]

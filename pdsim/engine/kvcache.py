@@ -73,9 +73,9 @@ class BlockPool:
         table = self.tables.pop(owner, None)
         if table is None:
             return 0
-        for b in table:
-            if b in self._free_set:
-                raise KVCacheError(f"block {b} freed twice (owner {owner})")
+        if not self._free_set.isdisjoint(table):
+            twice = sorted(self._free_set.intersection(table))
+            raise KVCacheError(f"blocks {twice[:8]} freed twice (owner {owner})")
         self._free_set.update(table)
         # Freed blocks go on top of the stack in reverse so low ids are reused first.
         self._free.extend(reversed(table))

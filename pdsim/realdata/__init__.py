@@ -1,4 +1,10 @@
-"""Real-data I/O: acceptance from vLLM's Prometheus metrics, ``vllm bench serve`` results."""
+"""Real-data I/O: acceptance from vLLM's Prometheus metrics, ``vllm bench serve`` results;
+validation of pdsim against such results and calibration to them.
+
+The two entry points live in their modules (``from pdsim.realdata.validate import
+validate``, ``from pdsim.realdata.calibrate import calibrate``); exporting them here would
+shadow the module names.
+"""
 
 from pdsim.realdata.bench_result import (
     BenchResult,
@@ -8,6 +14,7 @@ from pdsim.realdata.bench_result import (
     read_bench_result,
     summary_metrics,
 )
+from pdsim.realdata.calibrate import CalibrationReport, ParameterFit
 from pdsim.realdata.prometheus import (
     AcceptanceStats,
     Scrape,
@@ -17,11 +24,22 @@ from pdsim.realdata.prometheus import (
     parse_scrape,
     read_scrape,
 )
+from pdsim.realdata.validate import (
+    MetricRow,
+    ValidationReport,
+    real_metrics,
+    simulated_metrics,
+    trim_result,
+)
 
 __all__ = [
     "AcceptanceStats",
     "BenchResult",
+    "CalibrationReport",
+    "MetricRow",
+    "ParameterFit",
     "Scrape",
+    "ValidationReport",
     "acceptance_between",
     "acceptance_from_scrape",
     "bench_result_from_dict",
@@ -31,5 +49,8 @@ __all__ = [
     "parse_scrape",
     "read_bench_result",
     "read_scrape",
+    "real_metrics",
+    "simulated_metrics",
     "summary_metrics",
+    "trim_result",
 ]

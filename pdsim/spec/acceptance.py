@@ -50,6 +50,17 @@ class AcceptanceSampler:
         return np.logical_and.accumulate(ok, axis=1).sum(axis=1)
 
 
+    def draw_steps(self, steps: int, k: int, rates: np.ndarray | None = None) -> np.ndarray:
+        """Accepted prefix lengths for ``steps`` consecutive steps of the same ``k`` rows.
+
+        Consumes the uniforms in the order ``steps`` calls of ``draw(k, rates)`` would, so
+        a window of steps and the same steps one by one see the same draws.
+        """
+        u = self._uniforms(steps * k).reshape(steps, k, self._n)
+        ok = u < (self._cond if rates is None else rates[None, :, :])
+        return np.logical_and.accumulate(ok, axis=2).sum(axis=2)
+
+
 def expected_tokens_per_step(conditional_rates: np.ndarray) -> float:
     """E[a + 1] for the given conditional rates: 1 + sum of P(first i+1 accepted)."""
     return 1.0 + float(np.cumprod(np.asarray(conditional_rates, dtype=np.float64)).sum())

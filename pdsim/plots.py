@@ -1,0 +1,549 @@
+"""Plots of a run or of a before/after comparison: matplotlib Figures and PNG files.
+
+Every ``*_figure`` function takes a ``Results``, a ``Comparison``, a mapping of names to
+``Results`` (overlaid), or the same read back from a result folder (``RunData``), and
+returns a ``matplotlib.figure.Figure`` drawn on the Agg canvas: nothing touches pyplot's
+global state or a display, and a notebook shows the figure inline
+(``%matplotlib inline``). ``write_run_plots``, ``write_comparison_plots`` and
+``plot_result_dir`` write them as PNG files (atomically); docs/outputs.md lists them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from pdsim.errors import InputFileError, PdsimError
+from pdsim.output import write_atomic
+from pdsim.timeseries import TimeSeries, bin_edges, read_timeseries, throughput_bins, timeseries
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from pdsim.compare import Comparison
+    from pdsim.results import Results
+
+#: Per-request columns the latency and throughput plots read.
+REQUEST_COLUMNS = ("status", "arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s",
+                   "e2e_s", "output_tokens")
+
+#: PNG files of one run (``pdsim run --plots``, ``pdsim plot RUN_DIR``).
+RUN_PLOTS = ("latency_cdf.png", "acceptance_per_position.png", "kv_usage.png",
+             "queue_depth.png", "throughput.png")
+#: PNG files of a comparison (``pdsim compare --plots``, ``pdsim plot COMPARE_DIR``).
+COMPARE_PLOTS = ("compare_acceptance_per_position.png", "compare_metrics.png",
+                 "compare_latency_cdf.png", "compare_throughput.png")
+
+VARIANT_LABELS = {"pd_before_fix": "P/D before fix", "pd_after_fix": "P/D after fix",
+                  "colocated": "colocated"}
+_VARIANT_COLORS = {"pd_before_fix": "tab:red", "pd_after_fix": "tab:blue",
+                   "colocated": "tab:gray"}
+_PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
+            "tab:olive", "tab:cyan", "tab:red", "tab:gray")
+_LINESTYLES = ("-", "--", ":", "-.")
+# comparison metrics: (summary key, label, display scale, unit, higher is better)
+_CHANGE_METRICS = (
+    ("acceptance_length", "acceptance length", 1.0, "", True),
+    ("output_throughput_tok_s", "output throughput", 1.0, " tok/s", True),
+    ("mean_tpot_s", "mean TPOT", 1e3, " ms", False),
+    ("p50_tpot_s", "p50 TPOT", 1e3, " ms", False),
+    ("mean_itl_s", "mean ITL", 1e3, " ms", False),
+    ("mean_ttft_s", "mean TTFT", 1e3, " ms", False),
+    ("p99_ttft_s", "p99 TTFT", 1e3, " ms", False),
+    ("mean_e2e_s", "mean E2E", 1.0, " s", False),
+)
+_DPI = 120
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What the plots need of one run: its summary, and (when known) its per-request
+    columns (``REQUEST_COLUMNS``) and time series. Build it with ``run_data`` or
+    ``read_run_dir``."""
+
+    name: str
+    summary: dict[str, Any]
+    requests: dict[str, np.ndarray] | None = None
+    series: TimeSeries | None = None
+
+
+def run_data(res: Results, name: str | None = None) -> RunData:
+    """A ``Results`` reduced to what the plots read (``timeseries(res)`` included)."""
+    return RunData(name or res.config.name, res.summary, _request_columns(res.records),
+                   timeseries(res))
+
+
+def _request_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    cols: dict[str, np.ndarray] = {
+        "status": np.asarray([str(r["status"]) for r in records], dtype=object)}
+    for k in REQUEST_COLUMNS[1:]:
+        cols[k] = np.asarray([np.nan if r[k] is None else r[k] for r in records],
+                             dtype=np.float64)
+    return cols
+
+
+def _runs(data: Any) -> dict[str, RunData]:
+    """Any accepted input as named runs, in order."""
+    from pdsim.compare import Comparison
+    from pdsim.results import Results
+
+    if isinstance(data, RunData):
+        return {data.name: data}
+    if isinstance(data, Results):
+        return {data.config.name: run_data(data)}
+    if isinstance(data, Comparison):
+        return {k: run_data(v, k) for k, v in data.variants.items()}
+    if isinstance(data, Mapping):
+        out = {}
+        for k, v in data.items():
+            name = str(k)
+            if isinstance(v, RunData):
+                out[name] = v if v.name == name else replace(v, name=name)
+            else:
+                out[name] = run_data(v, name)
+        if not out:
+            raise ValueError("nothing to plot: no runs given")
+        return out
+    raise TypeError(f"cannot plot a {type(data).__name__}: expected Results, Comparison, "
+                    "RunData or a mapping of names to them")
+
+
+def _label(name: str) -> str:
+    return VARIANT_LABELS.get(name, name)
+
+
+def _color(name: str, i: int) -> str:
+    return _VARIANT_COLORS.get(name, _PALETTE[i % len(_PALETTE)])
+
+
+def _figure(width_in: float, height_in: float) -> Figure:
+    fig = Figure(figsize=(width_in, height_in), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _note(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes,
+            color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _title(runs: Mapping[str, RunData]) -> str:
+    names = {r.summary.get("name") or r.name for r in runs.values()}
+    return next(iter(names)) if len(runs) == 1 else ", ".join(_label(n) for n in runs)
+
+
+# ------------------------------------------------------------------------- figures
+
+def latency_cdf_figure(data: Any) -> Figure:
+    """CDFs of TTFT, TPOT and E2E latency over finished requests, one line per run."""
+    runs = _runs(data)
+    fig = _figure(13.0, 3.8)
+    axes = fig.subplots(1, 3)
+    specs = (("ttft_s", "TTFT", 1e3, "ms"), ("tpot_s", "TPOT", 1e3, "ms"),
+             ("e2e_s", "E2E latency", 1.0, "s"))
+    for ax, (key, title, scale, unit) in zip(axes, specs, strict=True):
+        drawn = False
+        for i, (name, run) in enumerate(runs.items()):
+            if run.requests is None:
+                continue
+            req = run.requests
+            v = req[key][(req["status"] == "finished") & np.isfinite(req[key])] * scale
+            if not len(v):
+                continue
+            v = np.sort(v)
+            y = np.arange(1, len(v) + 1) / len(v)
+            p50, p99 = np.percentile(v, [50, 99])
+            lab = f"p50 {p50:.3g}, p99 {p99:.3g} {unit}"
+            ax.step(v, y, where="post", color=_color(name, i),
+                    label=lab if len(runs) == 1 else f"{_label(name)}: {lab}")
+            drawn = True
+        if not drawn:
+            _note(ax, "no finished requests with per-request records")
+            ax.set_title(title)
+            continue
+        ax.set_title(title)
+        ax.set_xlabel(f"{title} ({unit})")
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", loc="lower right")
+    fig.suptitle(f"Latency CDFs: {_title(runs)}")
+    return fig
+
+
+def acceptance_figure(data: Any) -> Figure:
+    """Per-position acceptance rates (vLLM's definition), bars grouped by position, one
+    bar per run; the legend gives each run's acceptance length."""
+    runs = _runs(data)
+    fig = _figure(7.5, 4.5)
+    ax = fig.subplots()
+    rates = {k: list(r.summary.get("per_position_acceptance_rates") or [])
+             for k, r in runs.items()}
+    n = max((len(v) for v in rates.values()), default=0)
+    if not n:
+        _note(ax, "no speculative decoding in this run")
+        ax.set_title(f"Per-position acceptance: {_title(runs)}")
+        return fig
+    width = 0.8 / len(runs)
+    x = np.arange(n)
+    for i, (name, vals) in enumerate(rates.items()):
+        if not vals:
+            continue
+        pct = np.asarray(vals, dtype=np.float64) * 100.0
+        al = runs[name].summary.get("acceptance_length")
+        lab = _label(name) if len(runs) > 1 else "per-position rate"
+        if al is not None and math.isfinite(al):
+            lab += f" (acceptance length {al:.3f})"
+        bars = ax.bar(x[:len(pct)] + (i - (len(runs) - 1) / 2) * width, pct, width,
+                      color=_color(name, i), label=lab)
+        ax.bar_label(bars, labels=[f"{v:.1f}" for v in pct], fontsize="small", padding=2)
+    ax.set_xticks(x, [f"draft {k + 1}" for k in range(n)])
+    ax.set_ylabel("accepted, % of draft steps")
+    ax.set_ylim(0, 105)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper right")
+    ax.set_title(f"Per-position acceptance: {_title(runs)}")
+    return fig
+
+
+def _stairs_by_instance(ax: Axes, runs: Mapping[str, RunData], metric: str,
+                        scale: float = 1.0) -> bool:
+    """One line per (run, instance); with several runs, colour = run, style = instance."""
+    drawn = False
+    for i, (name, run) in enumerate(runs.items()):
+        if run.series is None:
+            continue
+        tracks = run.series.of_kind("prefill", "decode", "colocated")
+        for j, track in enumerate(tracks):
+            if metric not in track.values:
+                continue
+            if len(runs) == 1:
+                color, style, label = _PALETTE[j % len(_PALETTE)], "-", track.name
+            else:
+                color, style = _color(name, i), _LINESTYLES[j % len(_LINESTYLES)]
+                label = f"{_label(name)}: {track.name}"
+            ax.stairs(track.values[metric] * scale, run.series.edges_s, color=color,
+                      linestyle=style, label=label, baseline=None)
+            drawn = True
+    return drawn
+
+
+def kv_usage_figure(data: Any) -> Figure:
+    """KV-cache usage (% of each instance's blocks) over time, time-weighted per bin."""
+    runs = _runs(data)
+    fig = _figure(10.0, 4.0)
+    ax = fig.subplots()
+    if _stairs_by_instance(ax, runs, "kv_usage", 100.0):
+        ax.set_xlabel("simulated time (s)")
+        ax.set_ylabel("KV cache used (%)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", loc="upper right")
+    else:
+        _note(ax, "no time series (timeseries.csv) for this run")
+    ax.set_title(f"KV cache usage over time: {_title(runs)}")
+    return fig
+
+
+def queue_depth_figure(data: Any) -> Figure:
+    """Waiting requests, requests receiving KV and the running batch per instance over
+    time (time-weighted means per bin)."""
+    runs = _runs(data)
+    fig = _figure(10.0, 7.5)
+    axes = fig.subplots(3, 1, sharex=True)
+    panels = (("waiting", "waiting (queued)"), ("receiving", "receiving KV"),
+              ("running", "running (batch)"))
+    any_drawn = False
+    for ax, (metric, label) in zip(axes, panels, strict=True):
+        if _stairs_by_instance(ax, runs, metric):
+            any_drawn = True
+            ax.set_ylabel(f"{label}\nrequests")
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        else:
+            _note(ax, "no time series (timeseries.csv) for this run")
+    if any_drawn:
+        axes[0].legend(fontsize="small", loc="upper right")
+    axes[-1].set_xlabel("simulated time (s)")
+    fig.suptitle(f"Queue depth and running batch over time: {_title(runs)}")
+    return fig
+
+
+def _throughput(run: RunData) -> tuple[np.ndarray, np.ndarray] | None:
+    if run.series is not None and "cluster" in run.series.tracks:
+        return run.series.edges_s, run.series.tracks["cluster"].values["output_tok_s"]
+    if run.requests is None:
+        return None
+    req = run.requests
+    ends = np.concatenate((req["finish_s"], req["first_token_s"]))
+    ends = ends[np.isfinite(ends)]
+    if not len(ends):
+        return None
+    edges = bin_edges(float(ends.max()))
+    return edges, throughput_bins(req["first_token_s"], req["finish_s"],
+                                  req["output_tokens"], edges)
+
+
+def throughput_figure(data: Any) -> Figure:
+    """Output tokens per second over time (dashed: the run's overall output throughput)
+    and, where the run has P->D links, the KV link bandwidth in use."""
+    runs = _runs(data)
+    links = [(name, t) for name, r in runs.items() if r.series is not None
+             for t in r.series.of_kind("link")]
+    fig = _figure(10.0, 6.5 if links else 4.0)
+    axes = fig.subplots(2 if links else 1, 1, sharex=True, squeeze=False)[:, 0]
+    ax = axes[0]
+    drawn = False
+    for i, (name, run) in enumerate(runs.items()):
+        tp = _throughput(run)
+        if tp is None:
+            continue
+        edges, tok_s = tp
+        color = _color(name, i)
+        ax.stairs(tok_s, edges, color=color, baseline=None,
+                  label=_label(name) if len(runs) > 1 else "output tokens/s")
+        mean = run.summary.get("output_throughput_tok_s")
+        if mean is not None and math.isfinite(mean):
+            ax.axhline(mean, color=color, linestyle="--", linewidth=1,
+                       label=f"{_label(name) + ' ' if len(runs) > 1 else ''}"
+                             f"overall {mean:.0f} tok/s")
+        drawn = True
+    if drawn:
+        ax.set_ylabel("output tokens/s")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", loc="upper right")
+    else:
+        _note(ax, "no per-request records for this run")
+    if links:
+        lax = axes[1]
+        for j, (name, track) in enumerate(links):
+            run = runs[name]
+            assert run.series is not None
+            lax.stairs(track.values["link_gb_per_s"], run.series.edges_s, baseline=None,
+                       color=_PALETTE[j % len(_PALETTE)] if len(runs) == 1
+                       else _color(name, list(runs).index(name)),
+                       label=track.name if len(runs) == 1 else
+                       f"{_label(name)}: {track.name}")
+        lax.set_ylabel("KV link in use (GB/s)")
+        lax.set_ylim(bottom=0)
+        lax.grid(alpha=0.3)
+        lax.legend(fontsize="small", loc="upper right")
+    axes[-1].set_xlabel("simulated time (s)")
+    fig.suptitle(f"Throughput over time: {_title(runs)}")
+    return fig
+
+
+def metrics_figure(data: Any) -> Figure:
+    """After the fix vs before it: each headline metric's change in percent, green where
+    it improved, with both values written beside the bar. ``data`` is a ``Comparison``,
+    the summaries of its two variants by name, or a ``compare.json`` document."""
+    summaries = _summaries(data)
+    before, after = summaries.get("pd_before_fix"), summaries.get("pd_after_fix")
+    fig = _figure(9.0, 4.8)
+    ax = fig.subplots()
+    if before is None or after is None:
+        _note(ax, "needs pd_before_fix and pd_after_fix")
+        return fig
+    labels, changes, colors, notes = [], [], [], []
+    for key, label, scale, unit, higher_better in _CHANGE_METRICS:
+        b, a = before.get(key), after.get(key)
+        if b is None or a is None or not (math.isfinite(b) and math.isfinite(a)) or b == 0:
+            continue
+        change = (a / b - 1.0) * 100.0
+        better = change > 0 if higher_better else change < 0
+        labels.append(label)
+        changes.append(change)
+        colors.append("tab:green" if better else "tab:red" if change else "0.6")
+        notes.append(f"{b * scale:.4g} -> {a * scale:.4g}{unit}")
+    y = np.arange(len(labels))[::-1]
+    bars = ax.barh(y, changes, color=colors)
+    ax.bar_label(bars, labels=[f"{c:+.1f}%  ({n})" for c, n in zip(changes, notes,
+                                                                    strict=True)],
+                 fontsize="small", padding=3)
+    ax.set_yticks(y, labels)
+    ax.axvline(0, color="0.3", linewidth=0.8)
+    lim = max((abs(c) for c in changes), default=1.0) or 1.0
+    ax.set_xlim(-lim * 2.2, lim * 2.2)
+    ax.set_xlabel("change after the fix vs before (%)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title("P/D after the fix vs before (green: better)")
+    return fig
+
+
+def _summaries(data: Any) -> dict[str, dict[str, Any]]:
+    from pdsim.compare import Comparison
+
+    if isinstance(data, Comparison):
+        return {k: v.summary for k, v in data.variants.items()}
+    if isinstance(data, Mapping) and "summaries" in data:
+        return dict(data["summaries"])
+    if isinstance(data, Mapping):
+        return {k: (v if isinstance(v, Mapping) else v.summary) for k, v in data.items()}
+    raise TypeError(f"cannot compare a {type(data).__name__}")
+
+
+# --------------------------------------------------------------------- PNG files
+
+def figure_png(fig: Figure) -> bytes:
+    """The figure as PNG bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI)
+    return buf.getvalue()
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    return write_atomic(path, figure_png(fig))
+
+
+def write_run_figures(run: RunData, out: Path) -> list[Path]:
+    """Write ``RUN_PLOTS`` for one run to ``out``; a plot the run has no data for (no
+    speculative decoding, no time series) is left out."""
+    files = []
+    if run.requests is not None:
+        files.append(_save(latency_cdf_figure(run), out / "latency_cdf.png"))
+    if run.summary.get("per_position_acceptance_rates"):
+        files.append(_save(acceptance_figure(run), out / "acceptance_per_position.png"))
+    if run.series is not None:
+        files.append(_save(kv_usage_figure(run), out / "kv_usage.png"))
+        files.append(_save(queue_depth_figure(run), out / "queue_depth.png"))
+    if run.series is not None or run.requests is not None:
+        files.append(_save(throughput_figure(run), out / "throughput.png"))
+    return files
+
+
+def write_run_plots(res: Results, out: str | Path) -> list[Path]:
+    """Write one run's PNG plots (``RUN_PLOTS``) to ``out``."""
+    return write_run_figures(run_data(res), Path(out))
+
+
+def write_comparison_figures(runs: Mapping[str, RunData], out: Path) -> list[Path]:
+    """Write ``COMPARE_PLOTS`` to ``out``; the latency and throughput plots need
+    per-request records, so a ``compare.json`` alone gives only the first two."""
+    files = []
+    if any(r.summary.get("per_position_acceptance_rates") for r in runs.values()):
+        files.append(_save(acceptance_figure(runs), out / "compare_acceptance_per_position.png"))
+    files.append(_save(metrics_figure({k: r.summary for k, r in runs.items()}),
+                       out / "compare_metrics.png"))
+    if any(r.requests is not None for r in runs.values()):
+        files.append(_save(latency_cdf_figure(runs), out / "compare_latency_cdf.png"))
+        files.append(_save(throughput_figure(runs), out / "compare_throughput.png"))
+    return files
+
+
+def write_comparison_plots(cmp: Comparison, out: str | Path) -> list[Path]:
+    """Write a comparison's PNG plots (``COMPARE_PLOTS``) to ``out``."""
+    return write_comparison_figures(_runs(cmp), Path(out))
+
+
+# ------------------------------------------------------------- result folders
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(str(path), None, f"cannot read: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputFileError(str(path), exc.lineno, f"not valid JSON: {exc.msg}",
+                             exc.colno) from None
+
+
+def _num(v: Any) -> float:
+    return math.nan if v is None or v == "" else float(v)
+
+
+def read_requests(path: str | Path) -> dict[str, np.ndarray]:
+    """``REQUEST_COLUMNS`` of a ``requests.csv`` or ``requests.parquet``."""
+    p = Path(path)
+    if p.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise InputFileError(str(p), None, "reading Parquet needs pyarrow") from None
+        try:
+            table = pq.read_table(p, columns=list(REQUEST_COLUMNS))
+        except Exception as exc:  # pyarrow raises many types for a bad file
+            raise InputFileError(str(p), None, f"cannot read Parquet: {exc}") from None
+        rows = table.to_pylist()
+        return _request_columns(rows)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(str(p), None, f"cannot read: {exc}") from None
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in REQUEST_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InputFileError(str(p), 1, f"missing column(s) {', '.join(missing)}")
+    rows = []
+    for line, row in enumerate(reader, start=2):
+        try:
+            rows.append({"status": row["status"],
+                         **{k: _num(row[k]) for k in REQUEST_COLUMNS[1:]}})
+        except (TypeError, ValueError) as exc:
+            raise InputFileError(str(p), line, f"not a number: {exc}") from None
+    return _request_columns(rows)
+
+
+def read_run_dir(path: str | Path) -> RunData:
+    """A folder written by ``pdsim run --out``: ``summary.json``, ``requests.csv`` (or
+    ``requests.parquet``) and, if present, ``timeseries.csv``."""
+    d = Path(path)
+    doc = _read_json(d / "summary.json")
+    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
+        raise InputFileError(str(d / "summary.json"), None, "no 'summary' object: not "
+                             "written by pdsim run")
+    summary = dict(doc["summary"])
+    summary.setdefault("name", doc.get("name"))
+    requests = None
+    for fname in ("requests.csv", "requests.parquet"):
+        if (d / fname).is_file():
+            requests = read_requests(d / fname)
+            break
+    series = read_timeseries(d / "timeseries.csv") if (d / "timeseries.csv").is_file() \
+        else None
+    return RunData(str(doc.get("name") or d.name), summary, requests, series)
+
+
+def read_compare_json(path: str | Path) -> dict[str, RunData]:
+    """The variants of a ``compare.json`` (``pdsim compare --out``): summaries only."""
+    p = Path(path)
+    doc = _read_json(p)
+    if not isinstance(doc, dict) or not isinstance(doc.get("summaries"), dict):
+        raise InputFileError(str(p), None, "no 'summaries' object: not written by "
+                             "pdsim compare")
+    return {k: RunData(k, dict(v)) for k, v in doc["summaries"].items()}
+
+
+def plot_result_dir(result_dir: str | Path, out: str | Path | None = None) -> list[Path]:
+    """Plot what ``pdsim run --out`` or ``pdsim compare --out`` left in ``result_dir``
+    (both, if both are there); PNG files go to ``out`` (default: ``result_dir``)."""
+    d = Path(result_dir)
+    if not d.exists():
+        raise InputFileError(str(d), None, "no such result directory")
+    if not d.is_dir():
+        raise InputFileError(str(d), None, "not a directory")
+    has_run, has_cmp = (d / "summary.json").is_file(), (d / "compare.json").is_file()
+    if not (has_run or has_cmp):
+        raise PdsimError(f"{d}: not a pdsim result directory: expected summary.json "
+                         "(pdsim run --out) or compare.json (pdsim compare --out)")
+    target = Path(out) if out is not None else d
+    files = []
+    if has_run:
+        files += write_run_figures(read_run_dir(d), target)
+    if has_cmp:
+        files += write_comparison_figures(read_compare_json(d / "compare.json"), target)
+    return files
