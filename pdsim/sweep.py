@@ -95,7 +95,9 @@ def parse_range(text: str) -> list[int | float] | None:
 
 def _split_top_level(text: str) -> list[str]:
     """Split on commas outside brackets, braces and quotes."""
-    parts, depth, quote, cur = [], 0, "", []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth, quote = 0, ""
     for ch in text:
         if quote:
             if ch == quote:
@@ -178,7 +180,7 @@ def expand_points(grid: Sequence[tuple[str, Sequence[Any]]],
               for vals in itertools.product(*(v for _, v in grid))]
     if points is None:
         return combos
-    out = []
+    out: list[Point] = []
     for p in points:
         both = sorted(set(p) & set(keys))
         if both:
@@ -411,21 +413,24 @@ def _run_dask(tasks: Sequence[Task], run_files: bool, workers: int, address: str
     try:
         if address:
             try:
-                client = Client(address, timeout="20s")
+                client = Client(address, timeout="20s")  # type: ignore[no-untyped-call]
             except (OSError, TimeoutError) as exc:
                 raise SweepError(f"cannot reach the Dask scheduler at {address}: {exc}") \
                     from None
         else:
-            cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1,
-                                   processes=True, dashboard_address=None)
-            client = Client(cluster)
+            cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                n_workers=max(1, workers), threads_per_worker=1, processes=True,
+                dashboard_address=None)
+            client = Client(cluster)  # type: ignore[no-untyped-call]
         token = uuid.uuid4().hex[:12]
         with client:
             futs = {client.submit(run_point, cfg_json, run_files, pure=False,
                                   key=f"pdsim-point-{idx}-{token}"): idx
                     for idx, cfg_json in tasks}
-            _collect(futs, on_result, cancel=lambda: client.cancel(list(futs)),
-                     as_completed=dask_as_completed)
+            def cancel() -> None:
+                client.cancel(list(futs))  # type: ignore[no-untyped-call]
+
+            _collect(futs, on_result, cancel=cancel, as_completed=dask_as_completed)
     finally:
         if cluster is not None:
             cluster.close()
@@ -474,7 +479,7 @@ def _parquet_rows(rows: Sequence[Mapping[str, Any]], cols: Sequence[str]
         if kinds <= {int, float} and float in kinds:
             for r in fixed:
                 if r[c] is not None:
-                    r[c] = float(r[c])
+                    r[c] = float(r[c])  # type: ignore[arg-type]
         elif len(kinds) > 1:
             for r in fixed:
                 if r[c] is not None:
@@ -488,7 +493,7 @@ def write_table(out_dir: str | Path, rows: Sequence[Mapping[str, Any]]) -> list[
 
     out = Path(out_dir)
     cols = table_columns(rows)
-    written = [write_atomic(out / TABLE_CSV, records_csv(list(rows), cols))]
+    written = [write_atomic(out / TABLE_CSV, records_csv([dict(r) for r in rows], cols))]
     pq = write_parquet(out / TABLE_PARQUET, _parquet_rows(rows, cols), cols)
     if pq is not None:
         written.append(pq)
