@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 
 from pdsim._model import StrictModel
 from pdsim.errors import ConfigError
+from pdsim.faults import FaultsConfig
 from pdsim.perf.config import SimpleStepTimeConfig, StepTimeConfig
 from pdsim.workload.config import WorkloadConfig
 
@@ -292,6 +293,7 @@ class SimConfig(StrictModel):
     workload: WorkloadConfig = WorkloadConfig()
     step_time: StepTimeConfig = SimpleStepTimeConfig()
     slo: SLOConfig = SLOConfig()
+    faults: FaultsConfig = FaultsConfig()
 
     # ---------------------------------------------------------------- derived
 
@@ -424,6 +426,22 @@ class SimConfig(StrictModel):
                     and role is not Role.DECODE):
                 issues.append((f"{path}.scheduler.max_num_batched_tokens",
                                "without chunked prefill it must be >= model.max_model_len"))
+        from pdsim.engine.router import ROUTERS
+
+        if self.router.policy not in ROUTERS:
+            issues.append(("router.policy", f"unknown policy {self.router.policy!r}; "
+                           f"allowed: {', '.join(sorted(ROUTERS))}"))
+        names = {f"{role.value[0].upper()}{i}" for role, g in c.groups() for i in range(g.count)}
+        for i, o in enumerate(self.faults.instance_outages):
+            if o.instance not in names:
+                issues.append((f"faults.instance_outages.{i}.instance",
+                               f"no instance {o.instance!r}; this cluster has "
+                               f"{', '.join(sorted(names))}"))
+        links = {f"P{i}->D{j}" for i in range(c.prefill.count) for j in range(c.decode.count)}
+        for i, d in enumerate(self.faults.link_degradations):
+            if d.link is not None and (c.mode == "colocated" or d.link not in links):
+                issues.append((f"faults.link_degradations.{i}.link",
+                               f"no link {d.link!r}; links: {', '.join(sorted(links)) or 'none'}"))
         if issues:
             raise ConfigError("", issues=issues)
         return self

@@ -391,7 +391,8 @@ def _summaries(data: Any) -> dict[str, dict[str, Any]]:
     if isinstance(data, Mapping) and "summaries" in data:
         return dict(data["summaries"])
     if isinstance(data, Mapping):
-        return {k: (v if isinstance(v, Mapping) else v.summary) for k, v in data.items()}
+        return {k: (dict(v) if isinstance(v, Mapping) else v.summary)
+                for k, v in data.items()}
     raise TypeError(f"cannot compare a {type(data).__name__}")
 
 

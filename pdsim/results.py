@@ -146,6 +146,7 @@ def build_results(sim: Simulation) -> Results:
     links = {link.name: link.samples for link in sim.links.values()}
     summary = summarize(records, inst_facts, segments, sim.config)
     summary["kv_lease_expired"] = sim.lease_expired
+    summary["faults"] = dict(sim.faults.counts)
     return Results(sim.config, records, inst_facts, summary, links, segments)
 
 

@@ -18,6 +18,7 @@ from pdsim.engine.connector import ConnectorScheduler, KVTransferParams, Link
 from pdsim.engine.instance import Instance
 from pdsim.engine.request import Phase, Request, Status
 from pdsim.engine.router import make_router
+from pdsim.faults import FaultState
 from pdsim.results import Results, build_results
 from pdsim.rng import RandomStreams
 from pdsim.spec.acceptance import AcceptanceSampler
@@ -70,6 +71,8 @@ class Simulation:
         self._progress: ProgressFn | None = None
         self.lease_expired = 0
         self.closed_loop = self.specs.closed_loop_concurrency is not None
+        self.faults = FaultState(config.faults, self.streams.get("faults"))
+        self._transfers: dict[int, tuple[Link, int, Instance, Instance]] = {}
         self.next_arrival_s = math.inf
 
     # ------------------------------------------------------------------- run
@@ -79,6 +82,7 @@ class Simulation:
         self._progress = progress
         for inst in self.instances:
             self.env.process(inst.run())
+        self._schedule_faults()
         if not self.requests:
             return build_results(self)
         if self.specs.closed_loop_concurrency is not None:
@@ -110,11 +114,12 @@ class Simulation:
         """
         if self.closed_loop:
             return self.env.peek()
+        faults = self.faults.next_scheduled_after(self.env.now)
         if full:
-            return math.inf  # a full batch admits nothing until one of its requests ends
+            return faults  # a full batch admits nothing until one of its requests ends
         if inst.role is not Role.DECODE:
-            return self.next_arrival_s
-        bound = math.inf
+            return min(self.next_arrival_s, faults)
+        bound = faults
         lease = self.config.connector.kv_lease_s
         for p in self.by_role[Role.PREFILL]:
             # a busy P hands over requests only when its step ends; an idle one no
@@ -137,8 +142,10 @@ class Simulation:
 
     # --------------------------------------------------------------- routing
 
-    def _choose(self, role: Role, req: Request) -> Instance:
-        cands: Sequence[Instance] = self.by_role[role]
+    def _choose(self, role: Role, req: Request) -> Instance | None:
+        cands: Sequence[Instance] = [i for i in self.by_role[role] if i.up]
+        if not cands:
+            return None
         return cands[self.router.choose(cands, req)]
 
     def _dispatch(self, req: Request) -> None:
@@ -148,6 +155,9 @@ class Simulation:
             return
         if cfg.cluster.mode == "colocated":
             inst = self._choose(Role.COLOCATED, req)
+            if inst is None:
+                self.reject(req, "no_instance_up")
+                return
             if not self._fits(inst, req.prompt_tokens + req.output_target):
                 self.reject(req, "exceeds_kv_capacity")
                 return
@@ -156,6 +166,9 @@ class Simulation:
             inst.add_request(req)
             return
         p = self._choose(Role.PREFILL, req)
+        if p is None:
+            self.reject(req, "no_instance_up")
+            return
         params = KVTransferParams(do_remote_decode=True)
         req.kv_params = params
         req.p_prompt_tokens = self.connector._truncate_request_for_prefill(
@@ -184,6 +197,10 @@ class Simulation:
         params.remote_num_tokens = req.p_prompt_tokens
         params.remote_block_ids = tuple(p.pool.tables.get(req.id, ()))
         d = self._choose(Role.DECODE, req)
+        if d is None:
+            p.release_pinned(req)
+            self.fail(req, "no_instance_up")
+            return
         req.d_instance = d.name
         req.d_queued_s = self.env.now
         req.seq_tokens = req.prompt_tokens
@@ -202,6 +219,11 @@ class Simulation:
         if req.id in p.pinned:
             self.lease_expired += 1
             p.release_pinned(req)
+            active = self._transfers.get(req.id)
+            if active is not None:  # D was still reading blocks P has now freed
+                link, tid, _, d = active
+                link.cancel(tid)
+                self._transfer_failed(req, p, d, "kv_lease_expired")
 
     # -------------------------------------------------------------- transfer
 
@@ -221,19 +243,120 @@ class Simulation:
 
         def begin(_e: object) -> None:
             d.pending_setup_s.remove(start_s)
+            if req.id not in d.receiving:
+                return  # D went down meanwhile
             if req.id not in p.pinned:
-                # P's lease ran out before D read: the blocks are gone.
-                d.kv_load_failed(req, cfg.kv_load_failure_policy == "recompute")
+                # P's lease ran out (or P went down) before D read: the blocks are gone.
+                self._transfer_failed(req, p, d, "kv_blocks_gone")
                 return
+            if self.faults.transfer_fails(self.env.now):
+                self._transfer_failed(req, p, d, "kv_transfer_failed")
+                return
+            self._transfers[req.id] = (link, tid, p, d)
             link.start(tid, nbytes, landed)
+            timeout = self.config.faults.kv_transfer_timeout_s
+            if timeout is not None:
+                deadline = self.env.now + timeout
+                d.pending_setup_s.append(deadline)
+                ev = self.env.timeout(timeout)
+                ev.callbacks.append(lambda _e: expire(deadline))
+
+        def expire(deadline: float) -> None:
+            d.pending_setup_s.remove(deadline)
+            active = self._transfers.get(req.id)
+            if active is not None and active[1] == tid:
+                link.cancel(tid)
+                self.faults.counts["kv_transfer_timeouts"] += 1
+                self._transfer_failed(req, p, d, "kv_transfer_timeout")
 
         def landed(now: float) -> None:
+            self._transfers.pop(req.id, None)
             req.transfer_end_s = now
             p.release_pinned(req)  # D notifies P, which frees the blocks
             d.kv_landed(req)
 
         ev = self.env.timeout(setup)
         ev.callbacks.append(begin)
+
+    def _transfer_failed(self, req: Request, p: Instance, d: Instance, reason: str) -> None:
+        """A transfer cannot complete: P frees its blocks, D recomputes or fails."""
+        self._transfers.pop(req.id, None)
+        p.release_pinned(req)
+        recompute = self.config.connector.kv_load_failure_policy == "recompute"
+        d.kv_load_failed(req, recompute, reason)
+
+    # ---------------------------------------------------------------- faults
+
+    def _schedule_faults(self) -> None:
+        f = self.config.faults
+        by_name = {i.name: i for i in self.instances}
+        for o in f.instance_outages:
+            inst = by_name[o.instance]
+            self._at(o.start_s, lambda i=inst: self._outage_start(i))
+            self._at(o.end_s, lambda i=inst: i.come_up())
+        for deg in f.link_degradations:
+            links = [lk for lk in self.links.values() if deg.link in (None, lk.name)]
+            self._at(deg.start_s, lambda ls=links, x=deg.bandwidth_factor: self._scale(ls, x))
+            self._at(deg.end_s, lambda ls=links: self._scale(ls, 1.0))
+
+    def _at(self, t: float, fn: Callable[[], None]) -> None:
+        ev = self.env.timeout(max(0.0, t - self.env.now))
+        ev.callbacks.append(lambda _e: fn())
+
+    def _scale(self, links: list[Link], factor: float) -> None:
+        bw = self.config.connector.link_bandwidth_gb_per_s * 1e9 * factor
+        if factor < 1.0:
+            self.faults.counts["link_degradations"] += 1
+        for link in links:
+            link.set_bandwidth(bw)
+
+    def _outage_start(self, inst: Instance) -> None:
+        self.faults.counts["instance_outages"] += 1
+        served, pinned = inst.go_down()
+        for req in pinned:  # on a D now: whatever it reads from here is gone
+            active = self._transfers.get(req.id)
+            if active is not None:
+                link, tid, p, d = active
+                link.cancel(tid)
+                self._transfer_failed(req, p, d, "prefill_instance_down")
+        for req in served:
+            active = self._transfers.pop(req.id, None)
+            if active is not None:
+                active[0].cancel(active[1])
+                active[2].release_pinned(req)
+            elif req.kv_params is not None and req.p_instance and inst.role is Role.DECODE:
+                for p in self.by_role[Role.PREFILL]:
+                    p.release_pinned(req)
+            if req.status is not Status.IN_FLIGHT:
+                continue
+            cfg = self.config.faults
+            if req.num_output > 0:
+                self.fail(req, "instance_down_mid_stream")
+            elif cfg.outage_policy == "retry" and req.attempts < cfg.max_retries:
+                req.attempts += 1
+                self.faults.counts["retries"] += 1
+                self._reset_for_retry(req)
+                self._dispatch(req)
+            else:
+                self.fail(req, "instance_down")
+
+    @staticmethod
+    def _reset_for_retry(req: Request) -> None:
+        req.phase = Phase.WAITING
+        req.num_computed = 0
+        req.seq_tokens = req.prompt_tokens
+        req.kv_params = None
+        req.remote_tokens = 0
+        req.kv_from_remote = False
+        req.slot = -1
+        req.d_first_local = -1
+        req.final_chunk_tokens = 0
+        req.tokens_recomputed_on_d = 0
+        req.d_local_prefill_tokens = 0
+        for name in ("p_queued_s", "p_start_s", "p_end_s", "transfer_start_s",
+                     "transfer_end_s", "d_queued_s"):
+            setattr(req, name, math.nan)
+        req.kv_bytes = 0
 
     # -------------------------------------------------------------- terminal
 

@@ -244,10 +244,6 @@ class TimeSeries:
     def end_s(self) -> np.ndarray:
         return self.edges_s[1:]
 
-    @property
-    def mid_s(self) -> np.ndarray:
-        return 0.5 * (self.edges_s[:-1] + self.edges_s[1:])
-
     def of_kind(self, *kinds: str) -> list[Track]:
         """Tracks of the given kinds, in order."""
         return [t for t in self.tracks.values() if t.kind in kinds]
@@ -380,10 +376,11 @@ def read_timeseries(path: str | Path) -> TimeSeries:
             raise InputFileError(str(p), None, f"track {name}: bins differ from the first "
                                                "track's")
         values = {}
-        for m, v in cols[name].items():
-            if len(v) != len(spans):
+        for m, column in cols[name].items():
+            if len(column) != len(spans):
                 raise InputFileError(str(p), None, f"track {name}: column {m} has "
-                                                   f"{len(v)} values for {len(spans)} bins")
-            values[m] = np.asarray(v)
+                                                   f"{len(column)} values for {len(spans)} "
+                                                   "bins")
+            values[m] = np.asarray(column)
         tracks[name] = Track(name, kinds[name], values)
     return TimeSeries(edges, tracks)

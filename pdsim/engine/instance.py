@@ -104,6 +104,8 @@ class Instance:
                       self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale)
         self._arange_n = np.arange(n)
 
+        self.up = True
+        self.epoch = 0  # bumped when the instance goes down, voiding the step in progress
         self.max_run_steps = 64  # decode steps one vectorized run may take
         self._last_dt = 0.01  # recent decode step time, to size a run
         self.step_end_at = math.inf  # end of the step in progress (inf when idle)
@@ -149,12 +151,14 @@ class Instance:
         self.waiting.insert(bisect.bisect(keys, (req.d_queued_s, req.id)), req)
         self.notify()
 
-    def kv_load_failed(self, req: Request, recompute: bool) -> None:
+    def kv_load_failed(self, req: Request, recompute: bool,
+                       reason: str = "kv_load_failed") -> None:
         """D side: the transfer failed; recompute the prompt locally or fail the request."""
-        self.receiving.pop(req.id, None)
+        if self.receiving.pop(req.id, None) is None:
+            return  # no longer waiting for it here (e.g. the instance went down)
         self.pool.free(req.id)
         if not recompute:
-            self.sim.fail(req, "kv_load_failed")
+            self.sim.fail(req, reason)
             self.notify()
             return
         req.phase = Phase.WAITING
@@ -165,6 +169,40 @@ class Instance:
         req.d_local_prefill_tokens = req.prompt_tokens
         req.kv_params = None
         self.waiting.appendleft(req)
+        self.notify()
+
+    def go_down(self) -> tuple[list[Request], list[Request]]:
+        """Take the instance down: drop every request it holds, free all its blocks.
+
+        Returns (requests it was serving, requests pinned here for a D to read). The
+        step in progress is voided (``epoch``); the loop idles until ``come_up``.
+        """
+        self.up = False
+        self.epoch += 1
+        last = self.step_count - 1
+        served: list[Request] = []
+        while self.k:
+            req = self.req_of_slot[self.k - 1]
+            assert req is not None
+            self._release_slot(req, last)
+            served.append(req)
+        served += [r for r in self.running if r.phase is not Phase.DECODE]
+        served += list(self.receiving.values())
+        served += [r for r in self.waiting]
+        pinned = list(self.pinned.values())
+        for req in served + pinned:
+            self.pool.free(req.id)
+        self.running.clear()
+        self.prefilling.clear()
+        self.receiving.clear()
+        self.waiting.clear()
+        self.pinned.clear()
+        self.step_end_at = math.inf
+        self.notify()
+        return served, pinned
+
+    def come_up(self) -> None:
+        self.up = True
         self.notify()
 
     def lease_deadline_s(self, lease_s: float) -> float:
@@ -187,7 +225,8 @@ class Instance:
         """The engine loop (a SimPy process)."""
         env = self.env
         while True:
-            plan = self._schedule() if (self.waiting or self.running) else None
+            plan = (self._schedule() if self.up and (self.waiting or self.running)
+                    else None)
             if plan is None:
                 self.step_end_at = math.inf
                 self._wake = env.event()
@@ -198,7 +237,10 @@ class Instance:
             self._last_dt = dt
             start = env.now
             self.step_end_at = start + dt
+            epoch = self.epoch
             yield env.timeout(dt)
+            if epoch != self.epoch:
+                continue  # the instance went down during the step: its work is lost
             self.busy_s += dt
             self._complete(plan, start)
             if not plan.chunks and self.k:

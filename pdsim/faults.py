@@ -1,0 +1,117 @@
+"""Fault injection: KV transfer failures and timeouts, instance outages, link degradation.
+
+Configured in the ``faults`` section; every random decision comes from the ``faults``
+stream, so a config with faults off draws nothing from it and the rest of the run is
+unchanged. Lease expiry (P freeing blocks D has not read) needs no fault: set
+``connector.kv_lease_s`` shorter than the transfer path.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from pdsim._model import StrictModel
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class InstanceOutage(StrictModel):
+    """Instance ``instance`` (e.g. ``D0``, ``P1``, ``C0``) is down from start_s to end_s."""
+
+    instance: str
+    start_s: Annotated[float, Field(ge=0)]
+    end_s: Annotated[float, Field(gt=0)]
+
+    @model_validator(mode="after")
+    def _order(self) -> InstanceOutage:
+        if self.end_s <= self.start_s:
+            raise ValueError("end_s must be after start_s")
+        return self
+
+
+class LinkDegradation(StrictModel):
+    """Links (``P0->D0``; null = every link) run at ``bandwidth_factor`` of their bandwidth."""
+
+    link: str | None = None
+    start_s: Annotated[float, Field(ge=0)]
+    end_s: Annotated[float, Field(gt=0)]
+    bandwidth_factor: Annotated[float, Field(gt=0, le=1)]
+
+    @model_validator(mode="after")
+    def _order(self) -> LinkDegradation:
+        if self.end_s <= self.start_s:
+            raise ValueError("end_s must be after start_s")
+        return self
+
+
+class FaultsConfig(StrictModel):
+    """What goes wrong, and when.
+
+    - ``kv_transfer_failure_probability``: each KV transfer fails when it starts moving
+      (after setup) with this probability; D then follows
+      ``connector.kv_load_failure_policy`` (fail the request, or recompute the prompt).
+    - ``kv_transfer_failures_at_s``: at each of these times the next transfer to start
+      fails.
+    - ``kv_transfer_timeout_s``: a transfer still moving after this long is cancelled and
+      handled like a failure.
+    - ``instance_outages``: the router skips a down instance; its requests that have not
+      streamed a token yet are retried from the proxy (``outage_policy: retry``, at most
+      ``max_retries`` times) or failed (``fail``); requests cut off mid-stream fail.
+    - ``link_degradations``: bandwidth factor over an interval.
+    """
+
+    kv_transfer_failure_probability: Annotated[float, Field(ge=0, le=1)] = 0.0
+    kv_transfer_failures_at_s: tuple[Annotated[float, Field(ge=0)], ...] = ()
+    kv_transfer_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    instance_outages: tuple[InstanceOutage, ...] = ()
+    outage_policy: Literal["retry", "fail"] = "retry"
+    max_retries: Annotated[int, Field(ge=0)] = 2
+    link_degradations: tuple[LinkDegradation, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.kv_transfer_failure_probability or self.kv_transfer_failures_at_s
+                    or self.kv_transfer_timeout_s is not None or self.instance_outages
+                    or self.link_degradations)
+
+    def scheduled_times_s(self) -> list[float]:
+        """Every time at which a scheduled fault starts or ends, sorted."""
+        times = [t for o in self.instance_outages for t in (o.start_s, o.end_s)]
+        times += [t for d in self.link_degradations for t in (d.start_s, d.end_s)]
+        return sorted(times)
+
+
+class FaultState:
+    """The run's fault decisions (owned by one ``Simulation``)."""
+
+    __slots__ = ("_cfg", "_fail_times", "_rng", "_times", "counts")
+
+    def __init__(self, cfg: FaultsConfig, rng: np.random.Generator) -> None:
+        self._cfg = cfg
+        self._rng = rng
+        self._fail_times = sorted(cfg.kv_transfer_failures_at_s)
+        self._times = cfg.scheduled_times_s()
+        self.counts = {"kv_transfer_failures": 0, "kv_transfer_timeouts": 0,
+                       "instance_outages": 0, "retries": 0, "link_degradations": 0}
+
+    def transfer_fails(self, now_s: float) -> bool:
+        """Decide, as a transfer starts moving at ``now_s``, whether it fails."""
+        if self._fail_times and self._fail_times[0] <= now_s:
+            self._fail_times.pop(0)
+            self.counts["kv_transfer_failures"] += 1
+            return True
+        p = self._cfg.kv_transfer_failure_probability
+        if p > 0 and self._rng.random() < p:
+            self.counts["kv_transfer_failures"] += 1
+            return True
+        return False
+
+    def next_scheduled_after(self, now_s: float) -> float:
+        """The next scheduled fault time strictly after ``now_s`` (inf if none)."""
+        i = bisect.bisect_right(self._times, now_s)
+        return self._times[i] if i < len(self._times) else math.inf
