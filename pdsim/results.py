@@ -37,7 +37,7 @@ RECORD_FIELDS = (
     "finish_s", "ttft_s", "tpot_s", "e2e_s", "num_chunks", "p_prompt_tokens",
     "kv_bytes_transferred", "kv_transfer_s", "tokens_recomputed_on_d",
     "d_local_prefill_tokens", "num_preemptions", "num_drafts", "num_draft_tokens",
-    "num_accepted_tokens", "accepted_per_pos",
+    "num_accepted_tokens", "accepted_per_pos", "prefix_hit_tokens",
 )
 
 
@@ -142,11 +142,15 @@ def build_results(sim: Simulation) -> Results:
             "num_draft_tokens": r.num_draft_tokens,
             "num_accepted_tokens": r.num_accepted_tokens,
             "accepted_per_pos": r.accepted_per_pos.tolist(),
+            "prefix_hit_tokens": r.prefix_hit_tokens,
         })
     links = {link.name: link.samples for link in sim.links.values()}
     summary = summarize(records, inst_facts, segments, sim.config)
     summary["kv_lease_expired"] = sim.lease_expired
     summary["faults"] = dict(sim.faults.counts)
+    queried = sum(i.prefix_query_tokens for i in sim.instances)
+    summary["prefix_cache_hit_rate"] = (sum(i.prefix_hit_tokens for i in sim.instances)
+                                        / queried if queried else math.nan)
     return Results(sim.config, records, inst_facts, summary, links, segments)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -104,6 +104,18 @@ class Instance:
                       self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale)
         self._arange_n = np.arange(n)
 
+        # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
+        # the workload's hash blocks; P and colocated instances only
+        self.prefix_cache: OrderedDict[int, None] | None = None
+        self.hash_block_tokens = int(sim.specs.meta.get("hash_block_tokens", sched.block_size))
+        if sched.enable_prefix_caching and role is not Role.DECODE:
+            self.prefix_cache = OrderedDict()
+            self.prefix_capacity = max(1, self.pool.num_blocks * sched.block_size
+                                       // self.hash_block_tokens)
+        # never cache the last lookahead-1 prompt tokens: the drafter re-prefills them
+        self.uncacheable_tail = max(0, self.lookahead - 1)
+        self.prefix_hit_tokens = 0
+        self.prefix_query_tokens = 0
         self.up = True
         self.epoch = 0  # bumped when the instance goes down, voiding the step in progress
         self.max_run_steps = 64  # decode steps one vectorized run may take
@@ -202,6 +214,18 @@ class Instance:
         return served, pinned
 
     def come_up(self) -> None:
+        # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
+        # the workload's hash blocks; P and colocated instances only
+        self.prefix_cache: OrderedDict[int, None] | None = None
+        self.hash_block_tokens = int(sim.specs.meta.get("hash_block_tokens", sched.block_size))
+        if sched.enable_prefix_caching and role is not Role.DECODE:
+            self.prefix_cache = OrderedDict()
+            self.prefix_capacity = max(1, self.pool.num_blocks * sched.block_size
+                                       // self.hash_block_tokens)
+        # never cache the last lookahead-1 prompt tokens: the drafter re-prefills them
+        self.uncacheable_tail = max(0, self.lookahead - 1)
+        self.prefix_hit_tokens = 0
+        self.prefix_query_tokens = 0
         self.up = True
         self.notify()
 
@@ -336,14 +360,24 @@ class Instance:
                 self.receiving[req.id] = req
                 self.sim.start_kv_transfer(req, self)
                 continue
+            hit = 0
+            if self.prefix_cache is not None and req.num_computed == 0 and req.hash_ids:
+                hit = self._prefix_hit(req)
+                req.num_computed = hit
             n = self._chunk(req, budget)
             if n <= 0:
+                req.num_computed -= hit
                 skipped.append(req)
                 break
             extra = layout.blocks_for(self._prefill_target_tokens(req, n)) - pool.held(req.id)
             if not pool.allocate(req.id, extra):
+                req.num_computed -= hit
                 waiting.appendleft(req)
                 break
+            if self.prefix_cache is not None:
+                self.prefix_query_tokens += req.seq_tokens
+                self.prefix_hit_tokens += hit
+                req.prefix_hit_tokens += hit
             req.phase = Phase.PREFILL
             self.running.append(req)
             self.prefilling.append(req)
@@ -416,8 +450,36 @@ class Instance:
                               self.pool.num_used, len(self.running), len(self.waiting),
                               len(self.receiving)))
 
+    def _cacheable_blocks(self, req: Request) -> int:
+        tokens = min(req.seq_tokens, req.prompt_tokens) - self.uncacheable_tail
+        return max(0, tokens // self.hash_block_tokens)
+
+    def _prefix_hit(self, req: Request) -> int:
+        """Prompt tokens already in this instance's prefix cache (leading whole blocks)."""
+        cache = self.prefix_cache
+        assert cache is not None and req.hash_ids is not None
+        hits = 0
+        for h in req.hash_ids[: self._cacheable_blocks(req)]:
+            if h not in cache:
+                break
+            cache.move_to_end(h)
+            hits += 1
+        # at least one token is computed to produce logits
+        return min(hits * self.hash_block_tokens, req.seq_tokens - 1)
+
+    def _prefix_insert(self, req: Request) -> None:
+        cache = self.prefix_cache
+        if cache is None or not req.hash_ids:
+            return
+        for h in req.hash_ids[: self._cacheable_blocks(req)]:
+            cache[h] = None
+            cache.move_to_end(h)
+        while len(cache) > self.prefix_capacity:
+            cache.popitem(last=False)
+
     def _prefill_done(self, req: Request, step: int, now: float) -> None:
         self.prefilling.remove(req)
+        self._prefix_insert(req)
         if self.role is Role.PREFILL:
             self.running.remove(req)
             req.phase = Phase.PINNED
