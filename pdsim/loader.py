@@ -44,7 +44,7 @@ _Yaml12Loader.add_implicit_resolver(
 
 def parse_yaml(text: str) -> Any:
     """Parse YAML text with YAML 1.2 booleans (``on``/``off``/``yes``/``no`` are strings)."""
-    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_Yaml12Loader)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -190,7 +190,7 @@ def derived_values(cfg: SimConfig) -> dict[str, Any]:
         "kv_bytes_per_token": cfg.kv_bytes_per_token,
         "has_mamba": cfg.model.has_mamba,
     }
-    for role, group in cfg.cluster.groups():
+    for role, _group in cfg.cluster.groups():
         out[f"{role.value}.num_blocks"] = cfg.num_blocks(role)
     return out
 

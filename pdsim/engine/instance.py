@@ -209,23 +209,14 @@ class Instance:
         self.receiving.clear()
         self.waiting.clear()
         self.pinned.clear()
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
         self.step_end_at = math.inf
         self.notify()
         return served, pinned
 
     def come_up(self) -> None:
-        # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
-        # the workload's hash blocks; P and colocated instances only
-        self.prefix_cache: OrderedDict[int, None] | None = None
-        self.hash_block_tokens = int(sim.specs.meta.get("hash_block_tokens", sched.block_size))
-        if sched.enable_prefix_caching and role is not Role.DECODE:
-            self.prefix_cache = OrderedDict()
-            self.prefix_capacity = max(1, self.pool.num_blocks * sched.block_size
-                                       // self.hash_block_tokens)
-        # never cache the last lookahead-1 prompt tokens: the drafter re-prefills them
-        self.uncacheable_tail = max(0, self.lookahead - 1)
-        self.prefix_hit_tokens = 0
-        self.prefix_query_tokens = 0
+        """The instance is back (empty: its KV and prefix cache were lost)."""
         self.up = True
         self.notify()
 
