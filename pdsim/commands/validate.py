@@ -36,7 +36,10 @@ def format_value(key: str, value: float) -> str:
 
 def format_error(err: float) -> str:
     """A relative error as a signed percentage ("-" when undefined)."""
-    return "-" if not math.isfinite(err) else f"{err * 100:+.2f}%"
+    if not math.isfinite(err):
+        return "-"
+    pct = round(err * 100, 2)
+    return "0.00%" if pct == 0 else f"{pct:+.2f}%"  # float noise is no sign
 
 
 def validation_table(rep: "ValidationReport", tolerance: float | None,

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from pdsim import load_config
 from pdsim.cli import app
+from pdsim.perf.config import SimpleStepTimeConfig
 
 runner = CliRunner()
 
@@ -68,9 +69,10 @@ def test_calibrate_writes_a_loadable_config(tmp_path: Path) -> None:
     assert "RMS relative error on the fitted data" in res.output
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# calibrated by `pdsim calibrate` against ")
-    cfg = load_config(out)
-    assert cfg.step_time.kind == "simple"
-    assert cfg.step_time.weights_floor_s != load_config(EXAMPLE_CONFIG).step_time.weights_floor_s
+    fitted, start = load_config(out).step_time, load_config(EXAMPLE_CONFIG).step_time
+    assert isinstance(fitted, SimpleStepTimeConfig) and isinstance(start, SimpleStepTimeConfig)
+    assert fitted.weights_floor_s != start.weights_floor_s
+    assert fitted.per_token_s == start.per_token_s  # not a named parameter: untouched
 
 
 def test_calibrate_user_errors_exit_2() -> None:
