@@ -161,9 +161,9 @@ class StaleKVConfig(StrictModel):
     guess k past the end is right with probability ``residual_guess_accuracy ** (k + 1)``.
     """
 
-    sensitivity_per_slot: NonNegFloat = 1.99
+    sensitivity_per_slot: NonNegFloat = 2.0153
     decay_tokens: PositiveFloat | None = None
-    residual_guess_accuracy: Probability = 0.989
+    residual_guess_accuracy: Probability = 0.9882
 
 
 SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp"]
