@@ -1,0 +1,207 @@
+"""Acceptance: the sampler, the closed form, vLLM's per-position rates, and the run-level
+effect of the fix (P/D after the fix speculates like standalone serving; before it,
+multi-module MTP is inert)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from core_support import (
+    Z,
+    closed_form_tokens_per_step,
+    emitted_mean_and_se,
+    make_config,
+    prefix_distribution,
+    terminal_problems,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdsim import SimConfig, simulate
+from pdsim.spec.acceptance import AcceptanceSampler, expected_tokens_per_step
+
+INKLING_RATES = [0.7568, 0.6011, 0.4976, 0.4113, 0.3538, 0.2980, 0.2608, 0.2229]
+
+# ------------------------------------------------------------------- the sampler
+
+
+@pytest.mark.parametrize(("rate", "n"), [(0.0, 3), (0.3, 1), (0.6, 3), (0.8, 8), (1.0, 4)])
+def test_closed_form_expected_tokens(rate: float, n: int) -> None:
+    got = expected_tokens_per_step(np.full(n, rate))
+    assert got == pytest.approx(closed_form_tokens_per_step(rate, n), rel=1e-12)
+    assert got == pytest.approx(sum(rate**i for i in range(n + 1)), rel=1e-12)
+
+
+def test_expected_tokens_from_conditional_rates() -> None:
+    c = np.array([0.9, 0.5, 0.2])
+    assert expected_tokens_per_step(c) == pytest.approx(1 + 0.9 + 0.45 + 0.09)
+    assert expected_tokens_per_step(np.empty(0)) == 1.0
+
+
+@pytest.mark.parametrize(("rate", "n"), [(0.3, 1), (0.6, 3), (0.85, 8), (0.5, 5)])
+def test_sampler_matches_the_closed_form(rate: float, n: int) -> None:
+    k = 200_000
+    s = AcceptanceSampler(np.full(n, rate), np.random.default_rng(7), block_rows=4096)
+    a = np.concatenate([s.draw(1000) for _ in range(k // 1000)])
+    assert a.dtype.kind == "i" and a.min() >= 0 and a.max() <= n
+    emitted = a + 1
+    se = emitted.std(ddof=1) / math.sqrt(k)
+    assert abs(emitted.mean() - closed_form_tokens_per_step(rate, n)) < Z * se
+    # P(a = j) for a constant rate: geometric, truncated at N
+    for j in range(n + 1):
+        p = rate**j * (1 - rate) if j < n else rate**n
+        assert abs((a == j).mean() - p) < Z * math.sqrt(p * (1 - p) / k) + 1e-12
+
+
+def test_sampler_edges_and_rate_matrix() -> None:
+    s = AcceptanceSampler(np.array([1.0, 1.0, 1.0]), np.random.default_rng(0))
+    assert s.num_drafts == 3
+    assert s.draw(5).tolist() == [3] * 5
+    # per-request rates override the clean ones: first row never accepts, second always
+    rates = np.array([[0.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    assert s.draw(2, rates).tolist() == [0, 3]
+    # a prefix: once a draft is rejected, later ones cannot count
+    rates = np.array([[1.0, 0.0, 1.0]])
+    assert s.draw(1, rates).tolist() == [1]
+    zero = AcceptanceSampler(np.zeros(4), np.random.default_rng(0))
+    assert zero.draw(10).tolist() == [0] * 10
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 50), min_size=1, max_size=12),
+       block_rows=st.integers(1, 40), seed=st.integers(0, 2**16))
+def test_sampler_block_size_does_not_change_draws(sizes: list[int], block_rows: int,
+                                                  seed: int) -> None:
+    """Uniforms come from one stream in order: how draws are batched and how big the
+    refill blocks are never changes which draws come out."""
+    cond = np.array([0.7, 0.6, 0.5])
+    one = AcceptanceSampler(cond, np.random.default_rng(seed), block_rows=block_rows)
+    got = np.concatenate([one.draw(k) for k in sizes])
+    ref = AcceptanceSampler(cond, np.random.default_rng(seed), block_rows=10_000)
+    np.testing.assert_array_equal(got, ref.draw(sum(sizes)))
+
+
+# ------------------------------------------------------------ runs vs theory
+
+
+def _run(*overrides: str, n: int, requests: int = 60, output: int = 160) -> Any:
+    cfg: SimConfig = make_config(
+        f"workload.num_requests={requests}", f"workload.output_tokens.tokens={output}",
+        "workload.arrivals.rate_per_s=40", *overrides, n_spec=n)
+    res = simulate(cfg)
+    assert not terminal_problems(res.records)
+    return res
+
+
+def _emitted(res: Any) -> tuple[float, float]:
+    s = res.summary
+    return emitted_mean_and_se(s["num_accepted_tokens_per_pos"], s["num_drafts"])
+
+
+CLEAN = ("cluster.mode=colocated",
+         "speculative.stale_kv.residual_guess_accuracy=1.0")  # the P/D variants add theirs
+
+
+@pytest.mark.parametrize(("rate", "n"), [(0.4, 1), (0.75, 3), (0.9, 8)])
+@pytest.mark.parametrize("variant", ["colocated", "pd_auto_exact_guess"])
+def test_constant_acceptance_closed_form(rate: float, n: int, variant: str) -> None:
+    """No pollution: (1 - a^(N+1)) / (1 - a) tokens per step, within sampling error."""
+    extra = ["cluster.mode=colocated"] if variant == "colocated" else [
+        "connector.prefill_backoff=auto", "speculative.stale_kv.residual_guess_accuracy=1.0"]
+    res = _run(f"speculative.acceptance={{kind: constant, rate: {rate}}}", *extra, n=n)
+    s = res.summary
+    mean, se = _emitted(res)
+    assert mean == pytest.approx(s["acceptance_length"], rel=1e-12)
+    assert s["num_drafts"] > 1000
+    assert abs(s["acceptance_length"] - closed_form_tokens_per_step(rate, n)) < Z * se
+    assert s["num_draft_tokens"] == n * s["num_drafts"]
+    assert s["acceptance_rate"] == pytest.approx(
+        s["num_accepted_tokens"] / s["num_draft_tokens"])
+
+
+@pytest.mark.parametrize("variant", ["colocated", "pd_auto_exact_guess"])
+def test_per_position_rates_reproduce_the_config(variant: str) -> None:
+    """vLLM's definitions: rate i = accepted_per_pos[i] / num_drafts reproduces the
+    configured P(first i+1 accepted); the rates sum to acceptance_length - 1."""
+    extra = ["cluster.mode=colocated"] if variant == "colocated" else [
+        "speculative.stale_kv.residual_guess_accuracy=1.0"]
+    res = _run(f"speculative.acceptance={{kind: per_position, rates: {INKLING_RATES}}}",
+               *extra, n=8, requests=100)
+    s = res.summary
+    drafts = s["num_drafts"]
+    rates = s["per_position_acceptance_rates"]
+    assert len(rates) == 8
+    assert rates == pytest.approx([c / drafts for c in s["num_accepted_tokens_per_pos"]])
+    assert sum(rates) == pytest.approx(s["acceptance_length"] - 1, rel=1e-12)
+    for got, want in zip(rates, INKLING_RATES, strict=True):
+        assert abs(got - want) < Z * math.sqrt(want * (1 - want) / drafts)
+    # per-request counters add up to the summary's
+    per_pos = np.sum([r["accepted_per_pos"] for r in res.records], axis=0)
+    assert per_pos.tolist() == s["num_accepted_tokens_per_pos"]
+    counts = prefix_distribution(per_pos, drafts)
+    assert (counts >= 0).all() and counts.sum() == drafts
+
+
+def test_conditional_acceptance_kind() -> None:
+    cond = [0.9, 0.5, 0.4]
+    res = _run(f"speculative.acceptance={{kind: conditional, rates: {cond}}}",
+               "cluster.mode=colocated", n=3)
+    mean, se = _emitted(res)
+    assert abs(mean - expected_tokens_per_step(np.array(cond))) < Z * se
+
+
+# --------------------------------------------------- the fix, at the run level
+
+
+def _pd_vs_colocated(backoff: str, accuracy: float, n: int = 8) -> dict[str, Any]:
+    acc = f"speculative.acceptance={{kind: per_position, rates: {INKLING_RATES[:n]}}}"
+    common = (acc, f"speculative.stale_kv.residual_guess_accuracy={accuracy}")
+    return {
+        "pd": _run(*common, f"connector.prefill_backoff={backoff}", n=n, requests=100),
+        "colocated": _run(*common, "cluster.mode=colocated", n=n, requests=100),
+    }
+
+
+def test_after_fix_pd_acceptance_equals_colocated() -> None:
+    runs = _pd_vs_colocated("auto", 1.0)
+    (m1, se1), (m2, se2) = _emitted(runs["pd"]), _emitted(runs["colocated"])
+    assert abs(m1 - m2) < Z * math.hypot(se1, se2)
+    clean = expected_tokens_per_step(make_config(
+        f"speculative.acceptance={{kind: per_position, rates: {INKLING_RATES}}}",
+        n_spec=8).conditional_acceptance)
+    assert abs(m1 - clean) < Z * se1
+
+
+def test_before_fix_multi_module_mtp_collapses() -> None:
+    before = _pd_vs_colocated("off", 1.0)["pd"].summary["acceptance_length"]
+    assert before < 1.3
+    # the residual guesses are irrelevant before the fix: the drafts alone sink it
+    assert _pd_vs_colocated("off", 0.0)["pd"].summary["acceptance_length"] < 1.3
+
+
+def test_residual_guess_accuracy_orders_acceptance_after_fix() -> None:
+    """After the fix only P's guesses can be wrong: acceptance falls as fewer are right
+    (every guess wrong is as bad as the bug: module m then holds m+1 stale slots)."""
+    means = [_emitted(_pd_vs_colocated("auto", q)["pd"]) for q in (0.0, 0.9, 1.0)]
+    for (lo, se_lo), (hi, se_hi) in itertools.pairwise(means):
+        assert lo < hi - Z * math.hypot(se_lo, se_hi)
+    assert means[0][0] < 1.3
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_no_multi_module_no_collapse(n: int) -> None:
+    """Single-module MTP (N=1, no lookahead backoff) and N=3 before the fix: only the
+    multi-module case pollutes."""
+    rates = f"speculative.acceptance={{kind: per_position, rates: {INKLING_RATES[:n]}}}"
+    off = _run(rates, "connector.prefill_backoff=off",
+               "speculative.stale_kv.residual_guess_accuracy=1.0", n=n)
+    co = _run(rates, "cluster.mode=colocated", n=n)
+    (m1, se1), (m2, se2) = _emitted(off), _emitted(co)
+    if n == 1:
+        assert abs(m1 - m2) < Z * math.hypot(se1, se2)
+    else:
+        assert m1 < m2 - Z * math.hypot(se1, se2)
