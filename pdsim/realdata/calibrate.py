@@ -362,7 +362,9 @@ def _optimise(obj: _Objective, lower: np.ndarray, upper: np.ndarray, method: Met
                                 xtol=1e-3, ftol=1e-4, max_nfev=obj.max_evals)
             return str(sol.message)
         if method == "nelder_mead":
-            simplex = np.vstack([z0] + [z0 + simplex_step * np.eye(n)[i] for i in range(n)])
+            # each vertex moves one parameter, inward when the step would leave the range
+            steps = np.where(z0 + simplex_step <= upper, simplex_step, -simplex_step)
+            simplex = np.vstack([z0, z0 + np.diag(steps)])
             simplex = np.clip(simplex, lower, upper)
             sol = minimize(obj.cost, z0, method="Nelder-Mead",
                            bounds=list(zip(lower, upper, strict=True)),
@@ -408,7 +410,9 @@ def calibrate(
     is smooth), ``nelder_mead`` (simplex of ``simplex_step`` in log space: slower but
     robust where the objective is rugged, as acceptance-driven parameters make it: one
     changed acceptance draw reshuffles every later one), or ``auto``: Nelder-Mead when
-    a ``speculative.*`` parameter is fitted, else least squares.
+    a ``speculative.*`` parameter is fitted, else least squares. Least squares may not
+    move a parameter whose effect is flat at its start (a roofline efficiency of a
+    resource that is not the bottleneck there); Nelder-Mead steps past such stretches.
 
     The fit never writes files; ``report.config`` is the calibrated config.
     """
