@@ -1,0 +1,244 @@
+"""Engine speed: wall time, simulated requests per wall-second and peak memory.
+
+The workload is the issue's speed target: ISL 8192 / OSL 1024, MTP-3 (configs/mtp3.yaml),
+1P1D, decode ``max_num_seqs`` 64, Poisson arrivals at ``--rate`` (20 req/s by default,
+above what one P instance prefills, so the cluster is saturated and D's batch is as full
+as P lets it be), everything on (per-request records, summary, ITL distribution). Each
+point (requests, output length) runs in a fresh subprocess, one at a time:
+
+1. load the config, note the resident set (baseline: interpreter, numpy, pdsim);
+2. time ``pdsim.simulate(cfg)`` (request generation, the run, records and summary), wall
+   and CPU (``time.process_time``: on a busy machine wall time includes waiting for a core);
+3. time a bare SimPy loop doing the same number of engine steps (per instance, one
+   process yielding one ``env.timeout`` per step, all instances in one environment);
+4. report peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``: the process's high
+   water mark, so it includes the baseline).
+
+The figure that survives a noisy machine is ``ratio = pdsim wall / bare SimPy wall``: both
+are measured in the same process a moment apart. Writes ``results/engine_speed.csv`` and
+``results/engine_speed.png`` and prints the figures against the targets.
+
+    .venv/bin/python benchmarks/engine_speed.py            # 1k/10k/100k at OSL 1024, and
+                                                           # OSL 256/4096 at 10k
+    .venv/bin/python benchmarks/engine_speed.py --quick    # no 100k point
+    .venv/bin/python benchmarks/engine_speed.py --full     # every N x OSL
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+from _bench import RESULTS, ROOT, provenance
+
+PROMPT_TOKENS = 8192
+DEFAULT_RATE = 20.0
+TARGET_WALL_S = 2.0  # 10k requests at OSL 1024
+TARGET_PEAK_BYTES = 2**30  # 100k requests
+COLUMNS = ("num_requests", "output_tokens", "wall_s", "cpu_s", "requests_per_wall_s",
+           "engine_steps", "bare_simpy_s", "ratio_to_bare_simpy", "cpu_ratio_to_bare_simpy",
+           "peak_rss_mb",
+           "baseline_rss_mb", "d_mean_batch", "simulated_s", "completed")
+
+
+def overrides(num_requests: int, output_tokens: int, rate: float) -> list[str]:
+    """The target workload as overrides of configs/mtp3.yaml."""
+    return [
+        f"workload.num_requests={num_requests}",
+        f"workload.prompt_tokens={{kind: fixed, tokens: {PROMPT_TOKENS}}}",
+        f"workload.output_tokens={{kind: fixed, tokens: {output_tokens}}}",
+        f"workload.arrivals={{kind: poisson, rate_per_s: {rate}}}",
+        "cluster.prefill.count=1",
+        "cluster.decode.count=1",
+        "cluster.decode.scheduler.max_num_seqs=64",
+        "cluster.decode.scheduler.max_num_batched_tokens=4096",
+        # 64 x (8192 + 4096) tokens of MLA + 3 MTP modules' KV is about 54 GiB
+        "cluster.decode.kv_cache_gib=80",
+        "cluster.prefill.kv_cache_gib=40",
+    ]
+
+
+def _rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def bare_simpy_s(steps_per_instance: list[int]) -> tuple[float, float]:
+    """Wall and CPU seconds of a SimPy loop doing ``steps`` timeouts per instance,
+    interleaved in one environment."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def instance(n: int, dt: float) -> Any:
+        for _ in range(n):
+            yield env.timeout(dt)
+
+    for i, n in enumerate(steps_per_instance):
+        env.process(instance(n, 0.01 + 0.001 * i))
+    t0, c0 = time.perf_counter(), time.process_time()
+    env.run()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def child(num_requests: int, output_tokens: int, rate: float) -> dict[str, Any]:
+    """One point, measured in this (fresh) process."""
+    import pdsim
+
+    cfg = pdsim.load_config(ROOT / "configs" / "mtp3.yaml",
+                            overrides(num_requests, output_tokens, rate))
+    baseline = _rss_bytes()
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = pdsim.simulate(cfg)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    steps = [len(f.step_end_s) for f in res.instances]
+    bare, bare_cpu = bare_simpy_s(steps)
+    s = res.summary
+    d_batch = [v["mean_running"] for v in s["instances"].values() if v["role"] == "decode"]
+    return {
+        "num_requests": num_requests, "output_tokens": output_tokens, "wall_s": wall,
+        "cpu_s": cpu, "requests_per_wall_s": num_requests / wall, "engine_steps": sum(steps),
+        "bare_simpy_s": bare, "ratio_to_bare_simpy": wall / bare,
+        "cpu_ratio_to_bare_simpy": cpu / bare_cpu,
+        "peak_rss_mb": _rss_bytes() / 2**20, "baseline_rss_mb": baseline / 2**20,
+        "d_mean_batch": sum(d_batch) / len(d_batch), "simulated_s": s["duration_s"],
+        "completed": s["completed"],
+    }
+
+
+def measure(num_requests: int, output_tokens: int, rate: float) -> dict[str, Any]:
+    """Run one point in a fresh interpreter (its own peak RSS)."""
+    out = subprocess.run([sys.executable, __file__, "--child", str(num_requests),
+                          str(output_tokens), str(rate)], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def points(quick: bool, full: bool) -> list[tuple[int, int]]:
+    if full:
+        return [(n, o) for o in (256, 1024, 4096) for n in (1_000, 10_000, 100_000)]
+    ns = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
+    return [(n, 1024) for n in ns] + [(10_000, 256), (10_000, 4096)]
+
+
+def write_csv(rows: list[dict[str, Any]]) -> None:
+    from pdsim.output import write_atomic
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{r[k]:.4g}" if isinstance(r[k], float) else r[k]) for k in COLUMNS})
+    write_atomic(RESULTS / "engine_speed.csv", buf.getvalue())
+
+
+def plot(rows: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pdsim.output import write_atomic
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for osl in sorted({r["output_tokens"] for r in rows}):
+        pts = sorted((r for r in rows if r["output_tokens"] == osl),
+                     key=lambda r: r["num_requests"])
+        if len(pts) < 2:
+            continue
+        xs = [r["num_requests"] for r in pts]
+        axes[0].loglog(xs, [r["wall_s"] for r in pts], "o-", label=f"OSL {osl}")
+        axes[1].semilogx(xs, [r["peak_rss_mb"] for r in pts], "o-", label=f"OSL {osl}")
+    axes[0].axhline(TARGET_WALL_S, color="gray", ls=":", label="target at 10k, OSL 1024")
+    axes[0].set(xlabel="requests", ylabel="wall (s)", title="wall time vs requests")
+    axes[1].axhline(TARGET_PEAK_BYTES / 2**20, color="gray", ls=":", label="1 GiB target")
+    axes[1].set(xlabel="requests", ylabel="peak RSS (MiB)", title="peak memory")
+    at10k = sorted((r for r in rows if r["num_requests"] == 10_000),
+                   key=lambda r: r["output_tokens"])
+    if at10k:
+        xs = [r["output_tokens"] for r in at10k]
+        axes[2].loglog(xs, [r["wall_s"] for r in at10k], "o-", label="pdsim")
+        axes[2].loglog(xs, [at10k[0]["wall_s"] * x / xs[0] for x in xs], ":", color="gray",
+                       label="linear in OSL")
+        axes[2].set(xlabel="output tokens", ylabel="wall (s)",
+                    title="10k requests: wall vs output length")
+    for ax in axes:
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    write_atomic(RESULTS / "engine_speed.png", buf.getvalue())
+
+
+def verdicts(rows: list[dict[str, Any]]) -> list[str]:
+    """The targets, each with its measured figure."""
+    by = {(r["num_requests"], r["output_tokens"]): r for r in rows}
+    out = []
+    if (r := by.get((10_000, 1024))) is not None:
+        ok = r["wall_s"] <= TARGET_WALL_S
+        out.append(f"10k requests, OSL 1024: {r['wall_s']:.2f} s wall, {r['cpu_s']:.2f} s CPU "
+                   f"(target <= {TARGET_WALL_S:g} s wall): {'MET' if ok else 'NOT MET'}; "
+                   f"{r['ratio_to_bare_simpy']:.1f}x a bare SimPy loop of "
+                   f"{r['engine_steps']} steps")
+    if (a := by.get((10_000, 1024))) and (b := by.get((100_000, 1024))):
+        k = (b["wall_s"] / b["num_requests"]) / (a["wall_s"] / a["num_requests"])
+        out.append(f"requests 10k -> 100k: wall per request x{k:.2f} (linear: 1.00)")
+    if (a := by.get((1_000, 1024))) and (b := by.get((10_000, 1024))):
+        k = (b["wall_s"] / b["num_requests"]) / (a["wall_s"] / a["num_requests"])
+        out.append(f"requests 1k -> 10k: wall per request x{k:.2f} (linear: 1.00)")
+    for lo, hi in ((256, 1024), (1024, 4096)):
+        if (a := by.get((10_000, lo))) and (b := by.get((10_000, hi))):
+            k = b["wall_s"] / a["wall_s"]
+            out.append(f"OSL {lo} -> {hi} at 10k: wall x{k:.2f} (sub-linear: < "
+                       f"{hi / lo:.0f}): {'MET' if k < hi / lo else 'NOT MET'}")
+    if (r := by.get((100_000, 1024))) is not None:
+        ok = r["peak_rss_mb"] * 2**20 <= TARGET_PEAK_BYTES
+        out.append(f"100k requests: peak RSS {r['peak_rss_mb']:.0f} MiB (target <= 1024 MiB): "
+                   f"{'MET' if ok else 'NOT MET'}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="skip the 100k-request point")
+    ap.add_argument("--full", action="store_true", help="every N x OSL in {256,1024,4096}")
+    ap.add_argument("--rate", type=float, default=DEFAULT_RATE, help="Poisson req/s")
+    ap.add_argument("--child", nargs=3, metavar=("N", "OSL", "RATE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        n, osl, rate = args.child
+        print(json.dumps(child(int(n), int(osl), float(rate))))
+        return
+    rows = []
+    print(f"{'requests':>9} {'OSL':>5} {'wall s':>8} {'cpu s':>8} {'req/wall-s':>11} "
+          f"{'steps':>9} {'bare s':>7} {'ratio':>6} {'peak MiB':>9} {'D batch':>8}")
+    for n, osl in points(args.quick, args.full):
+        r = measure(n, osl, args.rate)
+        rows.append(r)
+        print(f"{n:>9} {osl:>5} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} "
+              f"{r['requests_per_wall_s']:>11.0f} "
+              f"{r['engine_steps']:>9} {r['bare_simpy_s']:>7.3f} "
+              f"{r['ratio_to_bare_simpy']:>6.1f} {r['peak_rss_mb']:>9.0f} "
+              f"{r['d_mean_batch']:>8.1f}", flush=True)
+    write_csv(rows)
+    plot(rows)
+    print()
+    for line in verdicts(rows):
+        print(line)
+    prov = provenance()
+    print(f"{prov['date']}, commit {prov['commit']}, Python {prov['python']}, "
+          f"{prov['machine']}")
+    print(f"wrote {RESULTS / 'engine_speed.csv'} and {RESULTS / 'engine_speed.png'}")
+
+
+if __name__ == "__main__":
+    main()
