@@ -135,7 +135,7 @@ def test_step_cap_and_window(mtp3_res: Results) -> None:
 
 
 def test_large_run_is_fast_and_compact(mtp3_cfg: pdsim.SimConfig, tmp_path: Path) -> None:
-    """120k back-to-back decode steps whose KV grows every step: written in seconds, and
+    """120k back-to-back decode steps whose KV changes every step: written in seconds, and
     capped at the default number of step slices."""
     n = 120_000
     start = np.arange(n) * 0.01
@@ -145,8 +145,8 @@ def test_large_run_is_fast_and_compact(mtp3_cfg: pdsim.SimConfig, tmp_path: Path
     res = Results(mtp3_cfg, [], [inst], {})
     t0 = time.perf_counter()
     path = write_timeline(res, tmp_path / "timeline.json")
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 10.0
+    # about 2 s on an idle machine; the bound only catches a writer gone quadratic
+    assert time.perf_counter() - t0 < 30.0
     assert path.stat().st_size < 40e6
     doc = load(path)
     check_trace(doc)
