@@ -100,10 +100,11 @@ def timeline_events(res: Results, max_steps: int | None = DEFAULT_MAX_STEPS,
         pid = i + 1
         pid_of[f.name] = pid
         events += [
-            {"ph": "M", "pid": pid, "name": "process_name",
+            {"ph": "M", "pid": pid, "ts": 0, "name": "process_name",
              "args": {"name": f"{f.name} ({f.role})"}},
-            {"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": i}},
-            {"ph": "M", "pid": pid, "tid": STEP_THREAD, "name": "thread_name",
+            {"ph": "M", "pid": pid, "ts": 0, "name": "process_sort_index",
+             "args": {"sort_index": i}},
+            {"ph": "M", "pid": pid, "tid": STEP_THREAD, "ts": 0, "name": "thread_name",
              "args": {"name": "engine steps"}},
         ]
         log = f.step_log
@@ -117,8 +118,9 @@ def timeline_events(res: Results, max_steps: int | None = DEFAULT_MAX_STEPS,
         pid = base + j
         link_pid[name] = pid
         events += [
-            {"ph": "M", "pid": pid, "name": "process_name", "args": {"name": f"link {name}"}},
-            {"ph": "M", "pid": pid, "name": "process_sort_index",
+            {"ph": "M", "pid": pid, "ts": 0, "name": "process_name",
+             "args": {"name": f"link {name}"}},
+            {"ph": "M", "pid": pid, "ts": 0, "name": "process_sort_index",
              "args": {"sort_index": base + j}},
         ]
         last = None
@@ -189,8 +191,8 @@ def _transfer_events(res: Results, lo: float, hi: float, pid_of: dict[str, int],
         lp = link_pid.get(f"{p}->{d}")
         if lp is not None:
             a, b = (int(x) for x in _us(np.array([t0, t1])))
-            args = {"request_id": rid, "kv_bytes": r["kv_bytes_transferred"],
-                    "prompt_tokens": r["prompt_tokens"]}
+            args = {"request_id": rid, "kv_bytes": int(r["kv_bytes_transferred"]),
+                    "prompt_tokens": int(r["prompt_tokens"])}
             # one name for all: the UI stacks same-named async slices on one track
             out.append({"ph": "b", "pid": lp, "tid": STEP_THREAD, "cat": FLOW_CAT, "id": rid,
                         "name": "KV transfer", "ts": a, "args": args})
