@@ -141,11 +141,12 @@ def compare(
         from pdsim.output import write_json
 
         write_json(out / "compare.json", cmp.to_dict())
+        console.print(f"wrote {out}/compare.json")
         if plots:
             from pdsim.writers import write_compare_plots
 
-            write_compare_plots(cmp, out)
-        console.print(f"wrote {out}/compare.json")
+            for path in write_compare_plots(cmp, out):
+                console.print(f"wrote {path}")
 
 
 @app.command("show-config")

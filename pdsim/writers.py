@@ -4,6 +4,8 @@
 - ``requests.csv`` (and ``requests.parquet`` when pyarrow is installed): one row per request.
 - ``bench_result.json``: the same run in ``vllm bench serve --save-result`` form.
 - ``config.resolved.yaml``: the config as run, derived values as comments.
+- ``timeseries.csv``: per-instance and per-link time-weighted series (KV usage, queues,
+  running batch, link bandwidth), for ``pdsim plot``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 from pdsim.loader import derived_values, dump_config
 from pdsim.output import records_csv, write_atomic, write_json, write_parquet
 from pdsim.results import RECORD_FIELDS, Results
+from pdsim.timeseries import write_timeseries
 
 if TYPE_CHECKING:
     from pdsim.compare import Comparison
@@ -41,6 +44,7 @@ def write_run(res: Results, out: Path, plots: bool = False, timeline: bool = Fal
     write_atomic(out / "requests.csv", records_csv(res.records, RECORD_FIELDS))
     write_parquet(out / "requests.parquet", res.records, RECORD_FIELDS)
     write_json(out / "bench_result.json", bench_result(res))
+    write_timeseries(res, out / "timeseries.csv")
     write_json(out / "summary.json", summary_document(res))
     if plots:
         from pdsim.plots import write_run_plots
@@ -77,8 +81,8 @@ def bench_result(res: Results) -> dict[str, object]:
                              spec_decode=spec)
 
 
-def write_compare_plots(cmp: Comparison, out: Path) -> None:
+def write_compare_plots(cmp: Comparison, out: Path) -> list[Path]:
     """Comparison plots (per-position acceptance before/after, latency CDFs)."""
     from pdsim.plots import write_comparison_plots
 
-    write_comparison_plots(cmp, out)
+    return write_comparison_plots(cmp, out)
