@@ -53,11 +53,14 @@ def decode_entries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[DecodeEntry
 def chunk_of() -> Callable[..., int]:
     """``chunk_of(cfg, role, prompt_tokens, computed, budget)``: the prefill chunk the
     scheduler of a ``role`` instance picks for a crafted request (``Instance._chunk``)."""
-    sims: dict[int, Simulation] = {}
+    sims: dict[int, tuple[SimConfig, Simulation]] = {}
 
     def chunk(cfg: SimConfig, role: Role, prompt_tokens: int, computed: int,
               budget: int) -> int:
-        sim = sims.setdefault(id(cfg), Simulation(cfg))
+        held = sims.get(id(cfg))
+        if held is None or held[0] is not cfg:
+            held = sims[id(cfg)] = (cfg, Simulation(cfg))
+        sim = held[1]
         inst = sim.by_role[role][0]
         req = Request(10**6, 0.0, prompt_tokens, 8, cfg.speculative.num_speculative_tokens)
         req.num_computed = computed

@@ -130,30 +130,29 @@ def test_drafter_kv_shares_the_block(method: str, n: int, modules: int) -> None:
     assert lay.transfer_bytes(100) == 7 * lay.block_bytes
 
 
-def _sliding_cfg(n_spec: int, method: str = "mtp") -> tuple[object, int]:
-    window, sw = 64, {"kind": "sliding_window", "num_layers": 8,
-                      "kv_bytes_per_token_per_layer": 1024, "window_tokens": 64}
-    cfg = make_config(f"model.layer_groups={[ATTENTION, sw]}".replace("'", '"'),
-                      method=method, n_spec=n_spec)
-    return cfg, window
+SLIDING = {"kind": "sliding_window", "num_layers": 8, "kv_bytes_per_token_per_layer": 1024,
+           "window_tokens": 64}
 
 
 @pytest.mark.parametrize(("method", "n", "extra"), [
     ("none", 0, 0), ("eagle", 3, 0), ("mtp", 1, 0), ("mtp", 2, 1), ("mtp", 3, 2),
     ("mtp", 8, 7)])
 def test_sliding_window_retains_lookahead_minus_one(method: str, n: int, extra: int) -> None:
-    cfg, window = _sliding_cfg(n, method)
-    assert cfg.extra_retained_tokens == extra  # type: ignore[attr-defined]
-    lay = KVLayout.from_config(cfg, BS)  # type: ignore[arg-type]
-    full_bytes = ATT_BYTES + cfg.num_drafter_modules * 1024 * (method != "none")  # type: ignore[attr-defined]
-    assert lay.block_bytes == BS * full_bytes
+    window = SLIDING["window_tokens"]
+    assert isinstance(window, int)
+    cfg = make_config(f"model.layer_groups={[ATTENTION, SLIDING]}".replace("'", '"'),
+                      method=method, n_spec=n)
+    assert cfg.extra_retained_tokens == extra
+    lay = KVLayout.from_config(cfg, BS)
+    drafter_bytes = cfg.num_drafter_modules * 1024 if method != "none" else 0
+    assert lay.block_bytes == BS * (ATT_BYTES + drafter_bytes)  # full-attention layers only
     assert lay.sliding == ((window + extra, 8 * 1024),)
     for t in [0, 1, 50, 64, 65, 71, 72, 1000, 5000]:
         kept = math.ceil(min(t, window + extra) / BS) * BS  # whole blocks of retained tokens
         want = math.ceil(t / BS) + math.ceil(kept * 8 * 1024 / lay.block_bytes)
         assert lay.blocks_for(t) == want, t
-    # Far past the window the request holds a constant number of sliding blocks.
-    assert lay.blocks_for(5000) - lay.blocks_for(4000) == math.ceil(1000 / BS) - 0
+    # Far past the window only the full-attention blocks grow.
+    assert lay.blocks_for(5000) - lay.blocks_for(4000) == math.ceil(5000 / BS) - 250
 
 
 def test_mamba_state_is_fixed_blocks() -> None:

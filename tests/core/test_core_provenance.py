@@ -8,7 +8,7 @@ simulations: the stale-slot row of each request right after its first step on D.
 
 from __future__ import annotations
 
-import math
+import copy
 from typing import Any
 
 import pytest
@@ -148,30 +148,30 @@ def _sim_config(*, L: int, n: int, block_size: int, chunk: int, mamba: bool, pus
     d["speculative"]["num_speculative_tokens"] = n
     d["speculative"]["stale_kv"] = {"residual_guess_accuracy": accuracy}
     seqs = 4
-    for role in ("prefill", "decode", "colocated"):
-        sched = d["cluster"][role]["scheduler"]
-        sched.update(block_size=block_size, max_num_seqs=seqs,
-                     num_blocks=8 * math.ceil((L + 40) / block_size) + 200)
     lookahead = n if n > 1 else 1
-    d["cluster"]["prefill"]["scheduler"]["max_num_batched_tokens"] = max(chunk, lookahead)
-    d["cluster"]["decode"]["scheduler"]["max_num_batched_tokens"] = seqs * (1 + n) + chunk
-    d["cluster"]["colocated"]["scheduler"]["max_num_batched_tokens"] = seqs * (1 + n) + chunk
+    budgets = {"prefill": max(chunk, lookahead), "decode": seqs * (1 + n) + chunk,
+               "colocated": seqs * (1 + n) + chunk}
+    for role, budget in budgets.items():
+        d["cluster"][role]["scheduler"].update(block_size=block_size, max_num_seqs=seqs,
+                                               max_num_batched_tokens=budget)
     d["cluster"]["mode"] = "colocated" if colocated else "disaggregated"
     d["connector"] = {"transfer_mode": "push" if push else "pull",
                       "prefill_backoff": "auto" if auto else "off"}
     d["workload"] = {"num_requests": 5, "arrivals": {"kind": "poisson", "rate_per_s": 500.0},
                      "prompt_tokens": {"kind": "fixed", "tokens": L},
                      "output_tokens": {"kind": "fixed", "tokens": 6}}
-    cfg = make_config(data=d)
+    # Pools that hold every request at once (no preemption on D), sized from the layout.
+    need = KVLayout.from_config(make_config(data=copy.deepcopy(d)), block_size).blocks_for(
+        L + 8 + n)
+    for role in budgets:
+        d["cluster"][role]["scheduler"]["num_blocks"] = 6 * need
     if p_pressure and not colocated:
         # room on P for about 1.5 prompts: concurrent prefills preempt each other
-        need = KVLayout.from_config(cfg, block_size).blocks_for(L + 1)
         d["cluster"]["prefill"]["scheduler"]["num_blocks"] = need + need // 2
-        cfg = make_config(data=d)
-    return cfg
+    return make_config(data=d)
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(L=st.integers(1, 400), n=st.integers(1, 8), block_size=st.sampled_from([4, 16, 64]),
        chunk=st.integers(8, 512), mamba=st.booleans(), push=st.booleans(),

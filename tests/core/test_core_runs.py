@@ -11,6 +11,7 @@ import pytest
 from core_support import CONFIGS, make_config, terminal_problems
 
 from pdsim import SimConfig, Simulation, load_config
+from pdsim.engine.connector import prefill_backoff
 from pdsim.loader import read_yaml
 
 SMALL = 24
@@ -50,6 +51,14 @@ def test_shipped_config_validates_and_runs(path: Path) -> None:
     res = sim.run()
     assert_clean_end(sim, res)
     assert res.summary["completed"] >= 1
+    if cfg.cluster.mode == "disaggregated":
+        b = prefill_backoff(cfg)
+        for r in res.records:
+            if r["status"] == "finished":
+                L = r["prompt_tokens"]
+                assert r["p_prompt_tokens"] == (L - b if b < L else L)
+                # D recomputes the backoff, or everything when it could load nothing
+                assert r["tokens_recomputed_on_d"] in (b, L)
     if cfg.speculative.enabled:
         assert res.summary["num_drafts"] > 0
         assert 1.0 <= res.summary["acceptance_length"] \
@@ -77,6 +86,15 @@ STRESS: dict[str, tuple[str, ...]] = {
                           "workload.arrivals.rate_per_s=1000",
                           "workload.output_tokens.tokens=150"),
     "closed loop": ("workload.arrivals={kind: closed_loop, concurrency: 3}",),
+    "one output token": ("workload.output_tokens.tokens=1",),
+    "one-token prompts, N=8": ("workload.prompt_tokens.tokens=1",
+                               "speculative.num_speculative_tokens=8"),
+    "one sequence per instance": ("cluster.decode.scheduler.max_num_seqs=1",
+                                  "cluster.prefill.scheduler.max_num_seqs=1"),
+    "tiny blocks, 2P3D push": ("cluster.prefill.count=2", "cluster.decode.count=3",
+                               "cluster.prefill.scheduler.block_size=1",
+                               "cluster.decode.scheduler.block_size=1",
+                               "connector.transfer_mode=push", "router.policy=least_loaded"),
     "mamba N=8": ("speculative.num_speculative_tokens=8", "model.layer_groups=["
                   "{kind: attention, num_layers: 8, kv_bytes_per_token_per_layer: 1024}, "
                   "{kind: mamba, num_layers: 4, state_bytes_per_layer: 100000}]"),
@@ -101,5 +119,7 @@ def test_every_request_ends_with_a_stated_reason(
     if case == "lease expires, recompute":
         assert res.summary["completed"] == 16
         assert all(r["d_local_prefill_tokens"] == r["prompt_tokens"] for r in res.records)
+    if case in ("one output token", "one-token prompts, N=8", "tiny blocks, 2P3D push"):
+        assert res.summary["completed"] == 16
     if case == "decode preemption":
         assert res.summary["preemptions"] > 0 and res.summary["completed"] == 16
