@@ -74,6 +74,11 @@ class Simulation:
         self.faults = FaultState(config.faults, self.streams.get("faults"))
         self._transfers: dict[int, tuple[Link, int, Instance, Instance]] = {}
         self.next_arrival_s = math.inf
+        # may a decode run apply finishes ahead of the clock? Not when a finish releases
+        # a closed-loop request or a router reads instance load to pick among several
+        serving = self.by_role.get(Role.DECODE) or self.by_role.get(Role.COLOCATED) or []
+        self.early_finish_ok = not self.closed_loop and not (
+            config.router.policy == "least_loaded" and len(serving) > 1)
 
     # ------------------------------------------------------------------- run
 

@@ -118,6 +118,7 @@ class Instance:
         self.prefix_query_tokens = 0
         self.up = True
         self.epoch = 0  # bumped when the instance goes down, voiding the step in progress
+        self._pending: list[tuple[Request | None, int]] = []
         self.max_run_steps = 64  # decode steps one vectorized run may take
         self._last_dt = 0.01  # recent decode step time, to size a run
         self.step_end_at = math.inf  # end of the step in progress (inf when idle)
@@ -265,7 +266,10 @@ class Instance:
                 if ahead > 0:
                     self.busy_s += ahead
                     self.step_end_at = env.now + ahead
+                    epoch = self.epoch
                     yield env.timeout(ahead)
+                    if epoch == self.epoch:
+                        self._finish_pending()
 
     # --------------------------------------------------------------- schedule
 
@@ -657,9 +661,12 @@ class Instance:
             repair = (np.maximum(prev - 1, 0) * act).sum(axis=1)
         else:
             repair = np.zeros(K, dtype=np.int64)
-        limit = K
-        if full or self.waiting or self.sim.closed_loop:
-            limit = min(K, int(fstep.min()) + 1)
+        # Finishes inside a run are applied when the run is committed, at their exact
+        # times, when nobody can observe them early (open loop, no load-reading router,
+        # nothing waiting to take the freed place). Otherwise the run ends with the step
+        # in which its first request finishes, applied when simulated time reaches it.
+        cut = full or bool(self.waiting) or not self.sim.early_finish_ok
+        limit = min(K, int(fstep.min()) + 1) if cut else K
         # blocks each row holds at the start of step j, never less than now
         held0 = self.blocks[:k]
         need = np.maximum.accumulate(
@@ -717,7 +724,19 @@ class Instance:
             self.step_end_s.append(t0 + ends[j])
             self.step_log.append((t0 + starts[j], t0 + ends[j], 0, int(k_j[j]),
                                   int(kv_used[j]), int(running_after[j]), nw, nr))
-        for s in np.flatnonzero(done_in)[::-1].tolist():
-            f = int(fstep[s])
-            self._finish_row(s, base + f, t0 + ends[f])
+        if cut:
+            self._pending = [(self.req_of_slot[s], base + m - 1)
+                             for s in np.flatnonzero(done_in).tolist()]
+        else:
+            for s in np.flatnonzero(done_in)[::-1].tolist():
+                f = int(fstep[s])
+                self._finish_row(s, base + f, t0 + ends[f])
         return ends[-1]
+
+    def _finish_pending(self) -> None:
+        """Finish the requests whose last token came in the final step of a decode run."""
+        pending, self._pending = self._pending, []
+        rows = sorted(((r.slot, step) for r, step in pending
+                       if r is not None and r.phase is Phase.DECODE), reverse=True)
+        for s, step in rows:
+            self._finish_row(s, step, self.env.now)
