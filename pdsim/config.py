@@ -416,6 +416,16 @@ class SimConfig(StrictModel):
                                f"{sched.max_num_batched_tokens} cannot hold a full decode "
                                f"batch: max_num_seqs * (1 + num_speculative_tokens) = "
                                f"{sched.max_num_seqs * n_query}"))
+            la = self.num_prefill_lookahead_tokens
+            if role is not Role.DECODE and sched.max_num_batched_tokens < la:
+                issues.append((f"{path}.scheduler.max_num_batched_tokens",
+                               f"{sched.max_num_batched_tokens} is below "
+                               f"num_prefill_lookahead_tokens ({la}): the last prefill "
+                               f"chunk could never be scheduled"))
+            thr = sched.long_prefill_token_threshold
+            if thr is not None and thr < la:
+                issues.append((f"{path}.scheduler.long_prefill_token_threshold",
+                               f"{thr} is below num_prefill_lookahead_tokens ({la})"))
             if (sched.enable_prefix_caching and self.use_multi_module_mtp
                     and sched.block_size < s.num_speculative_tokens):
                 issues.append((f"{path}.scheduler.block_size",

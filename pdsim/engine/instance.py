@@ -511,12 +511,11 @@ class Instance:
         self.prev_rej[s] = 0  # the step that ends a prefill rejected nothing
         self.stale[s] = 0.0
         if self.multi_module:
-            n = self.n_spec
-            self.cache_valid[s] = min(n - 1, req.final_chunk_tokens)
-            if req.kv_from_remote:
-                self._init_remote_provenance(req, s)
+            self.cache_valid[s] = min(self.n_spec - 1, req.final_chunk_tokens)
         else:
             self.cache_valid[s] = self.n_spec  # no multi-module re-prefill cache to run dry
+        if self.n_spec and req.kv_from_remote:
+            self._init_remote_provenance(req, s)
 
     def _init_remote_provenance(self, req: Request, s: int) -> None:
         rows = excess_profile(req.prompt_tokens - req.p_prompt_tokens,
@@ -666,7 +665,8 @@ class Instance:
         # nothing waiting to take the freed place). Otherwise the run ends with the step
         # in which its first request finishes, applied when simulated time reaches it.
         cut = full or bool(self.waiting) or not self.sim.early_finish_ok
-        limit = min(K, int(fstep.min()) + 1) if cut else K
+        # never past the step in which the last row finishes: no empty steps
+        limit = min(K, int(fstep.min() if cut else fstep.max()) + 1)
         # blocks each row holds at the start of step j, never less than now
         held0 = self.blocks[:k]
         need = np.maximum.accumulate(

@@ -228,11 +228,6 @@ def test_d_stale_state_after_first_step(decode_entries: list[Any], L: int, n: in
             assert (e.stale <= residual).all()  # nothing beyond the documented residual
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "MODEL GAP: with a Mamba model and a single-module drafter (backoff 1), P's module-0 "
-    "slot at L-2 was computed from P's sampled token, a guess of the real token L-1 "
-    "(d_excess_stale_slots reports it), but the engine applies slot provenance only to "
-    "multi-module MTP, so D starts with no stale slot even when every guess is wrong"))
 def test_mamba_single_module_guess_reaches_d(decode_entries: list[Any]) -> None:
     cfg = _sim_config(L=300, n=1, block_size=16, chunk=512, mamba=True, push=False,
                       auto=True, accuracy=0.0, colocated=False, p_pressure=False)

@@ -216,12 +216,6 @@ def test_blocks_freed_on_finish() -> None:
 # ------------------------------------------------------------ known problems
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Instance._decode_run keeps taking (and logging, and counting as busy) decode "
-    "steps with no request once every row of its window has finished, until the next "
-    "event or max_run_steps; e.g. colocated, 3 requests: the last finish is at 0.29 s but "
-    "steps with 0 tokens run to 1.07 s (busy_fraction ~1, time-weighted KV and running "
-    "means over a 3.7x too long horizon)"))
 @pytest.mark.parametrize("mode", ["colocated", "disaggregated"])
 def test_no_empty_engine_steps(mode: str) -> None:
     cfg = make_config(f"cluster.mode={mode}", "workload.num_requests=3",
@@ -235,10 +229,6 @@ def test_no_empty_engine_steps(mode: str) -> None:
     assert max(f.step_end_s[-1] for f in res.instances) == pytest.approx(last_finish)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a prefill token budget (or long_prefill_token_threshold) below the lookahead "
-    "is accepted by the config, then the chunk rule can never schedule the last "
-    "lookahead tokens and the run dies with SimPy's 'No scheduled events left'"))
 @pytest.mark.parametrize("limit", [
     "cluster.prefill.scheduler.max_num_batched_tokens=2",
     "cluster.prefill.scheduler.long_prefill_token_threshold=2"])
