@@ -76,9 +76,20 @@ def bench_result(res: Results) -> dict[str, object]:
         return {}
     summary = {"duration_s": s["duration_s"], "num_requests": s["num_requests"],
                "completed": s["completed"]}
-    return make_bench_result(records, summary, meta={"backend": "pdsim",
-                                                     "model_id": res.config.model.name},
-                             spec_decode=spec)
+    meta: dict[str, object] = {"backend": "pdsim", "model_id": res.config.model.name,
+                               "num_prompts": s["num_requests"]}
+    wl = res.config.workload
+    arr = wl.arrivals
+    if wl.trace is None or arr.kind == "closed_loop":
+        if arr.kind == "closed_loop":
+            meta.update(request_rate="inf", burstiness=1.0, max_concurrency=arr.concurrency)
+        elif arr.kind == "gamma":
+            meta.update(request_rate=arr.rate_per_s, burstiness=arr.shape)
+        elif arr.kind == "poisson":
+            meta.update(request_rate=arr.rate_per_s, burstiness=1.0)
+        else:  # constant gaps: vLLM's burstiness -> infinity
+            meta.update(request_rate=arr.rate_per_s)
+    return make_bench_result(records, summary, meta=meta, spec_decode=spec)
 
 
 def write_compare_plots(cmp: Comparison, out: Path) -> list[Path]:

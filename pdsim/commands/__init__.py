@@ -2,6 +2,9 @@
 
 Every module here defines ``register(app: typer.Typer) -> None``; ``pdsim.cli`` calls the
 modules in name order, so adding a command never means editing the core CLI.
+
+Command modules must not use ``from __future__ import annotations``: typer reads the
+option types at run time, from the module's globals.
 """
 
 from __future__ import annotations
