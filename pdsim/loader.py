@@ -139,7 +139,7 @@ def expand_profiles(data: Mapping[str, Any]) -> dict[str, Any]:
         st = out.get("step_time")
         kv_dtype = st.get("kv_cache_dtype") if isinstance(st, dict) else None
         fields = model_config_fields(profile, kv_cache_dtype=kv_dtype, path="model.profile")
-        out["model"] = {**fields, **model}
+        out["model"] = {**fields, **(model if isinstance(model, dict) else {})}
         if isinstance(st, dict) and st.get("kind") == "roofline" and "model" not in st:
             out["step_time"] = {**st, "model": profile}
     return out
@@ -227,9 +227,9 @@ def _issues(exc: ValidationError, data: Mapping[str, Any]) -> list[tuple[str, st
             continue
         if err["type"] == "json_invalid":
             deep = _deepest_path(data)
-            issues.append((".".join(str(p) for p in deep), "nested too deeply"))
+            issues.append((_dotted(deep), "nested too deeply"))
             continue
-        path = ".".join(str(p) for p in step.path)
+        path = _dotted(step.path)
         msg = _message(err, step)
         if step.branch is not None and step.depth == 0:
             # every member of a plain union rejected the value's type: one line for all
@@ -242,6 +242,16 @@ def _issues(exc: ValidationError, data: Mapping[str, Any]) -> list[tuple[str, st
         if issue not in issues:
             issues.append(issue)
     return issues
+
+
+def _dotted(path: list[Any]) -> str:
+    """``a.b.0.c``; a key that is empty or holds anything but letters, digits, ``_`` and
+    ``-`` is written in double quotes (``workload."a.b"``) so the path stays readable."""
+    return ".".join(str(p) if isinstance(p, int) or _PLAIN_KEY.fullmatch(str(p))
+                    else json.dumps(str(p), ensure_ascii=False) for p in path)
+
+
+_PLAIN_KEY = re.compile(r"[\w-]+")
 
 
 def _walk(loc: tuple[Any, ...], data: Any, kind: str) -> _Step:
@@ -337,7 +347,8 @@ def _message(err: Any, step: _Step) -> str:
         disc = str(ctx.get("discriminator", "'kind'")).strip("'")
         kinds = _kinds(step.target, disc)
         allowed = f"; allowed: {', '.join(kinds)}" if kinds else ""
-        if kind == "union_tag_not_found":
+        inp = err.get("input")
+        if kind == "union_tag_not_found" or (isinstance(inp, dict) and inp.get(disc) is None):
             return f"{disc} is missing{allowed}"
         return f"unknown {disc} {ctx.get('tag', '')!r}{allowed}"
     inp = err.get("input")
@@ -358,6 +369,8 @@ def _unrepresentable(data: Any, exc: Exception) -> tuple[str, str]:
             seen.add(id(node))
             items = node.items() if isinstance(node, dict) else enumerate(node)
             for k, v in items:
+                if isinstance(node, dict) and not _json_key(k):
+                    return [*path, str(k)], f"{k!r} cannot be a key; use a string"
                 found = find(v, [*path, k])
                 if found is not None:
                     return found
@@ -376,7 +389,12 @@ def _unrepresentable(data: Any, exc: Exception) -> tuple[str, str]:
     if found is None:  # pragma: no cover - json.dumps failed on something find() accepts
         return "", f"the config holds a value YAML/JSON cannot represent: {exc}"
     path, msg = found
-    return ".".join(str(p) for p in path), msg
+    return _dotted(path), msg
+
+
+def _json_key(key: Any) -> bool:
+    return (key is None or isinstance(key, str | int)
+            or (isinstance(key, float) and math.isfinite(key)))
 
 
 def _deepest_path(data: Any) -> list[Any]:

@@ -8,6 +8,7 @@ fast.
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,12 @@ SMALL: dict[str, Any] = {
         "output_tokens": {"kind": "uniform", "mean_tokens": 40, "range_ratio": 0.5},
     },
 }
+
+
+def examples(n: int) -> int:
+    """Hypothesis example count: ``n`` scaled by ``PDSIM_REL_SCALE`` (e.g. 10 for a deep
+    search before a release; the default keeps the suite fast)."""
+    return max(1, round(n * float(os.environ.get("PDSIM_REL_SCALE", "1"))))
 
 
 def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
