@@ -23,13 +23,12 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
+    payload = data if isinstance(data, bytes) else data.encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         os.chmod(tmp, 0o644)
-        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8",
-                                                               "newline": ""})) as fh:
-            fh.write(data)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)

@@ -7,6 +7,7 @@ influence each other.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from itertools import count
@@ -217,8 +218,11 @@ class Simulation:
             req.tokens_recomputed_on_d = req.d_local_prefill_tokens = req.prompt_tokens
         else:
             lease = self.env.timeout(self.config.connector.kv_lease_s)
-            lease.callbacks.append(lambda _e, r=req, inst=p: self._lease_expired(r, inst))
+            lease.callbacks.append(functools.partial(self._on_lease, req, p))
         d.add_request(req)
+
+    def _on_lease(self, req: Request, p: Instance, _event: object) -> None:
+        self._lease_expired(req, p)
 
     def _lease_expired(self, req: Request, p: Instance) -> None:
         if req.id in p.pinned:
@@ -297,12 +301,12 @@ class Simulation:
         by_name = {i.name: i for i in self.instances}
         for o in f.instance_outages:
             inst = by_name[o.instance]
-            self._at(o.start_s, lambda i=inst: self._outage_start(i))
-            self._at(o.end_s, lambda i=inst: i.come_up())
+            self._at(o.start_s, functools.partial(self._outage_start, inst))
+            self._at(o.end_s, inst.come_up)
         for deg in f.link_degradations:
             links = [lk for lk in self.links.values() if deg.link in (None, lk.name)]
-            self._at(deg.start_s, lambda ls=links, x=deg.bandwidth_factor: self._scale(ls, x))
-            self._at(deg.end_s, lambda ls=links: self._scale(ls, 1.0))
+            self._at(deg.start_s, functools.partial(self._scale, links, deg.bandwidth_factor))
+            self._at(deg.end_s, functools.partial(self._scale, links, 1.0))
 
     def _at(self, t: float, fn: Callable[[], None]) -> None:
         ev = self.env.timeout(max(0.0, t - self.env.now))

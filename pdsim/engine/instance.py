@@ -107,7 +107,9 @@ class Instance:
         # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
         # the workload's hash blocks; P and colocated instances only
         self.prefix_cache: OrderedDict[int, None] | None = None
-        self.hash_block_tokens = int(sim.specs.meta.get("hash_block_tokens", sched.block_size))
+        hash_block = sim.specs.meta.get("hash_block_tokens", sched.block_size)
+        self.hash_block_tokens = int(hash_block) if isinstance(hash_block, int) \
+            else sched.block_size
         if sched.enable_prefix_caching and role is not Role.DECODE:
             self.prefix_cache = OrderedDict()
             self.prefix_capacity = max(1, self.pool.num_blocks * sched.block_size
@@ -447,7 +449,7 @@ class Instance:
 
     def _cacheable_blocks(self, req: Request) -> int:
         tokens = min(req.seq_tokens, req.prompt_tokens) - self.uncacheable_tail
-        return max(0, tokens // self.hash_block_tokens)
+        return max(0, int(tokens) // self.hash_block_tokens)
 
     def _prefix_hit(self, req: Request) -> int:
         """Prompt tokens already in this instance's prefix cache (leading whole blocks)."""
@@ -460,7 +462,7 @@ class Instance:
             cache.move_to_end(h)
             hits += 1
         # at least one token is computed to produce logits
-        return min(hits * self.hash_block_tokens, req.seq_tokens - 1)
+        return min(hits * self.hash_block_tokens, int(req.seq_tokens) - 1)
 
     def _prefix_insert(self, req: Request) -> None:
         cache = self.prefix_cache

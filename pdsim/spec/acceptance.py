@@ -47,7 +47,8 @@ class AcceptanceSampler:
         """
         u = self._uniforms(k)
         ok = u < (self._cond if rates is None else rates)
-        return np.logical_and.accumulate(ok, axis=1).sum(axis=1)
+        accepted: np.ndarray = np.logical_and.accumulate(ok, axis=1).sum(axis=1)
+        return accepted
 
 
     def draw_steps(self, steps: int, k: int, rates: np.ndarray | None = None) -> np.ndarray:
@@ -58,7 +59,8 @@ class AcceptanceSampler:
         """
         u = self._uniforms(steps * k).reshape(steps, k, self._n)
         ok = u < (self._cond if rates is None else rates[None, :, :])
-        return np.logical_and.accumulate(ok, axis=2).sum(axis=2)
+        accepted: np.ndarray = np.logical_and.accumulate(ok, axis=2).sum(axis=2)
+        return accepted
 
 
 def expected_tokens_per_step(conditional_rates: np.ndarray) -> float:
