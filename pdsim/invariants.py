@@ -424,16 +424,16 @@ def _count_frees(inst: Instance, hook: Callable[[Instance, int, bool], None]) ->
     class to a per-run subclass without new slots (same layout).
     """
     pool = inst.pool
+    if type(pool) is not BlockPool:  # pragma: no cover - the engine changed its pool
+        raise TypeError(f"{inst.name}.pool is a {type(pool).__name__}, not a BlockPool")
 
-    class CountingPool(type(pool)):  # type: ignore[misc, valid-type]
+    class CountingPool(BlockPool):
         __slots__ = ()
 
         def free(self, owner: int) -> int:
             hook(inst, owner, owner in self.tables)
-            return super().free(owner)
+            return BlockPool.free(self, owner)
 
-    if not isinstance(pool, BlockPool):  # pragma: no cover - engine changed
-        raise TypeError(f"{inst.name}.pool is a {type(pool).__name__}, not a BlockPool")
     pool.__class__ = CountingPool
 
 

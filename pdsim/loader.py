@@ -346,11 +346,11 @@ def _message(err: Any, step: _Step) -> str:
         ctx = err.get("ctx") or {}
         disc = str(ctx.get("discriminator", "'kind'")).strip("'")
         kinds = _kinds(step.target, disc)
-        allowed = f"; allowed: {', '.join(kinds)}" if kinds else ""
+        choices = "; allowed: " + ", ".join(kinds) if kinds else ""
         inp = err.get("input")
         if kind == "union_tag_not_found" or (isinstance(inp, dict) and inp.get(disc) is None):
-            return f"{disc} is missing{allowed}"
-        return f"unknown {disc} {ctx.get('tag', '')!r}{allowed}"
+            return f"{disc} is missing{choices}"
+        return f"unknown {disc} {ctx.get('tag', '')!r}{choices}"
     inp = err.get("input")
     if kind not in ("model_type",) and not isinstance(inp, dict | list) and inp is not None:
         got = repr(inp)

@@ -247,6 +247,22 @@ def test_unreadable_file_says_so(tmp_path: Path) -> None:
     assert_user_error(code, out, err, str(cfg), "cannot be read", "Permission denied")
 
 
+def test_unreadable_file_says_so_simulated(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same through a simulated EACCES, so the path is tested when run as root."""
+    cfg = write_yaml(tmp_path / "secret.yaml", small())
+    real = Path.read_text
+
+    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
+        if self.name == "secret.yaml":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    code, out, err = run_cli("run", str(cfg))
+    assert_user_error(code, out, err, str(cfg), "cannot be read", "Permission denied")
+
+
 def test_binary_file_says_so(tmp_path: Path) -> None:
     cfg = tmp_path / "bin.yaml"
     cfg.write_bytes(b"\xff\xfe\x00seed")

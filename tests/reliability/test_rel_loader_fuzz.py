@@ -100,7 +100,7 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 @st.composite
 def mutated_configs(draw: st.DrawFn) -> dict[str, Any]:
-    data = copy.deepcopy(draw(st.sampled_from(BASES)))
+    data: dict[str, Any] = copy.deepcopy(draw(st.sampled_from(BASES)))
     for _ in range(draw(st.integers(1, 4))):
         paths = [p for p in _paths(data) if p]
         if not paths:
