@@ -12,30 +12,37 @@ Invariants (after every event):
    on it, and the driver counts frees per request).
 2. **Blocks have owners**: every block table belongs to a request that instance holds
    (waiting, receiving, running or pinned for a transfer); a request that finished,
-   failed or was rejected holds no blocks anywhere.
+   failed or was rejected holds no blocks anywhere; an instance that is down holds no
+   request and no block.
 3. **KV covers the computation**: a running request holds at least the blocks for the
-   tokens it has computed (prefill) or its context (decode); decode slot mirrors (the
-   request of a slot, its block count) agree with the block pool.
-4. **P frees a request's blocks exactly once** after its prefill ends (D read them, or
-   the lease expired): never twice, and by the end of the run exactly once.
+   tokens it has computed (prefill) or its context (decode); the decode rows (request of
+   each row, its block count) agree with the block pool and with the running list.
+4. **P frees a request's blocks exactly once** after its prefill ends (D read them, the
+   lease expired, the transfer failed or an instance went down): never twice, and by the
+   end of the run exactly once per attempt that finished its prefill.
 5. **D never computes on KV it does not have**: a request enters a D instance's batch
    either with nothing computed (local recompute) or with its remote KV landed
-   (``transfer_end_s`` set, not after now) and no more tokens computed than it loaded;
-   nothing in the batch is still waiting for remote KV.
+   (``transfer_end_s`` set, not in the future) and no more tokens computed than it
+   loaded; nothing in the batch is still waiting for remote KV.
 6. **Per-request timestamps are ordered** (those that are set): arrival <= p_queued <=
    p_start <= p_end <= d_queued <= transfer_start <= transfer_end <= first_token <=
-   finish, none in the future; once set, a timestamp never changes.
-7. **Speculative counters**: per request and per decode slot, accepted <= drafted at
+   finish; none is later than the end of a step an instance has already committed; once
+   set a timestamp never changes (a retry after an instance outage starts a new attempt,
+   which resets the per-hop timestamps but not arrival, first token or finish).
+7. **Speculative counters**: per request and per decode row, accepted <= drafted at
    every position (``accepted_per_pos[i] <= num_drafts``), the per-position counts are
    non-increasing and sum to the accepted tokens, draft tokens = drafts x N, and output
-   tokens never exceed the target.
+   tokens never exceed the target (a finished request has exactly its target).
 8. **Request conservation**: every request that has arrived is finished, failed,
    rejected, or in flight in exactly one instance's queue (waiting, receiving or
    running), never two; arrived = finished + failed + rejected + in flight, and the
    simulation's done counter equals finished + failed + rejected. No request whose
    arrival time has passed is still undispatched (open-loop workloads).
-9. **Liveness**: while requests are in flight the event queue is never empty (no
-   deadlock), and the run ends with every request finished, failed or rejected.
+9. **Closed loops**: requests are released in order, and the k-th release (k >= C, the
+   concurrency) comes no earlier than the (k - C)-th request ended.
+10. **Liveness**: while requests are in flight the event queue is never empty (no
+    deadlock), and the run ends with every request finished, failed or rejected and
+    every KV pool empty.
 """
 
 from __future__ import annotations
@@ -61,6 +68,8 @@ TIMESTAMP_ORDER: tuple[str, ...] = (
     "transfer_end_s", "first_token_s", "finish_s",
 )
 _TERMINAL = (Status.FINISHED, Status.FAILED, Status.REJECTED)
+# timestamps of the request as a whole; the others are per attempt (see _attempt)
+_END_TO_END = frozenset({"arrival_s", "first_token_s", "finish_s"})
 # slack for float sums of step times
 _EPS = 1e-9
 
@@ -73,6 +82,11 @@ def _fail(sim: Simulation, what: str) -> None:
     raise InvariantViolation(f"t={sim.env.now:.9f}s: {what}")
 
 
+def _attempt(req: Request) -> int:
+    """Which attempt the request is on: 0, then +1 per retry after an instance outage."""
+    return int(getattr(req, "attempts", 0))
+
+
 def _dispatched(req: Request) -> bool:
     """The proxy has handled the request (queued it on an instance, or rejected it)."""
     return (req.status is not Status.IN_FLIGHT or not math.isnan(req.p_queued_s)
@@ -83,7 +97,8 @@ def _dispatched(req: Request) -> bool:
 
 
 def check_invariants(sim: Simulation) -> None:
-    """Check the invariants that need no history (1-3, 5 partly, 6-8); raise on violation."""
+    """Check the invariants that need no history (1-3, 5 in part, 6 in part, 7-9); raise
+    ``InvariantViolation`` on the first that fails."""
     homes: dict[int, str] = {}
     pinned_on: dict[int, str] = {}
     for inst in sim.instances:
@@ -194,6 +209,9 @@ def _check_queues(sim: Simulation, inst: Instance, homes: dict[int, str],
         pinned_on[rid] = inst.name
         if rid in held_here:
             _fail(sim, f"request {rid} is pinned on {inst.name} and also queued there")
+    if not getattr(inst, "up", True) and (held_here or inst.pinned or inst.pool.num_used):
+        _fail(sim, f"{inst.name} is down but holds requests {sorted(held_here)}, pins "
+                   f"{sorted(inst.pinned)} or {inst.pool.num_used} blocks")
     for owner in inst.pool.tables:
         if owner not in held_here and owner not in inst.pinned:
             _fail(sim, f"{inst.name}: request {owner} holds {inst.pool.held(owner)} blocks "
@@ -320,10 +338,11 @@ class InvariantChecker:
         self.sim = sim
         self.events = 0
         self._by_id = {r.id: r for r in sim.requests}
-        # P-side frees of a request's blocks after its prefill ended: (instance, id) -> n
-        self.p_frees: dict[tuple[str, int], int] = {}
+        # P-side frees of a request's blocks after its prefill ended, per attempt (an
+        # outage retry sends the request through P again): (instance, id, attempt) -> n
+        self.p_frees: dict[tuple[str, int, int], int] = {}
         self._running: dict[str, set[int]] = {i.name: set() for i in sim.instances}
-        self._stamps: dict[int, dict[str, float]] = {}
+        self._stamps: dict[tuple[int, int], dict[str, float]] = {}
         for inst in sim.instances:
             if inst.role is Role.PREFILL:
                 _count_frees(inst, self._on_p_free)
@@ -332,7 +351,7 @@ class InvariantChecker:
         req = self._by_id.get(owner)
         if req is None or not had_table or math.isnan(req.p_end_s):
             return  # preemption on P, before the prefill ended: not the hand-over free
-        key = (inst.name, owner)
+        key = (inst.name, owner, _attempt(req))
         self.p_frees[key] = n = self.p_frees.get(key, 0) + 1
         if n > 1:
             _fail(self.sim, f"{inst.name} freed request {owner}'s blocks {n} times after its "
@@ -360,7 +379,7 @@ class InvariantChecker:
                                    f"{req.transfer_end_s})")
             if inst.role is Role.PREFILL:
                 for rid in inst.pinned:
-                    if self.p_frees.get((inst.name, rid), 0):
+                    if self.p_frees.get((inst.name, rid, _attempt(self._by_id[rid])), 0):
                         _fail(sim, f"{inst.name} still pins request {rid} after freeing it")
                     if not inst.pool.held(rid):
                         _fail(sim, f"{inst.name} pins request {rid} but holds no blocks "
@@ -387,7 +406,11 @@ class InvariantChecker:
                        f"computed tokens but loaded only {req.remote_tokens}")
 
     def _check_set_once(self, req: Request) -> None:
-        stamps = self._stamps.setdefault(req.id, {})
+        # a retry after an outage starts a new attempt with fresh per-hop timestamps
+        stamps = self._stamps.setdefault((req.id, _attempt(req)), {})
+        if not stamps and _attempt(req):
+            stamps.update((k, v) for k, v in self._stamps.get((req.id, _attempt(req) - 1),
+                                                             {}).items() if k in _END_TO_END)
         for name in TIMESTAMP_ORDER:
             t = getattr(req, name)
             if math.isnan(t):
@@ -408,7 +431,7 @@ class InvariantChecker:
         for req in sim.requests:
             if math.isnan(req.p_end_s):
                 continue
-            n = self.p_frees.get((req.p_instance, req.id), 0)
+            n = self.p_frees.get((req.p_instance, req.id, _attempt(req)), 0)
             if n != 1:
                 _fail(sim, f"{req.p_instance} freed request {req.id}'s blocks {n} times after "
                            f"its prefill (expected exactly once)")
