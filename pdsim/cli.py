@@ -41,7 +41,8 @@ def user_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except PdsimError as exc:
             for line in str(exc).splitlines() or ["unknown error"]:
-                err_console.print(f"error: {line}", markup=False, highlight=False)
+                err_console.print(f"error: {line}", markup=False, highlight=False,
+                                  soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

@@ -342,6 +342,23 @@ class SimConfig(StrictModel):
         n = self.speculative.num_speculative_tokens
         return self.speculative.acceptance.conditional(n)
 
+    @property
+    def workload_max_prompt_tokens(self) -> int:
+        """The longest prompt the workload can draw (max_model_len when unbounded)."""
+        return min(self.model.max_model_len,
+                   _max_tokens(self.workload.prompt_tokens, self.workload.trace is None,
+                               self.model.max_model_len))
+
+    @property
+    def longest_request_tokens(self) -> int:
+        """Prompt plus output tokens of the longest request the workload can draw, capped
+        by ``model.max_model_len`` (the whole of it for traces and unbounded draws)."""
+        w = self.workload
+        synthetic = w.trace is None
+        total = (_max_tokens(w.prompt_tokens, synthetic, self.model.max_model_len)
+                 + _max_tokens(w.output_tokens, synthetic, self.model.max_model_len))
+        return min(self.model.max_model_len, total)
+
     def num_blocks(self, role: Role) -> int:
         """KV blocks of one instance of ``role``: given, from ``kv_cache_gib``, or derived
         from the hardware's memory (roofline step time). Raises ``ConfigError``."""
@@ -407,9 +424,31 @@ class SimConfig(StrictModel):
             if group.count < 1:
                 continue
             try:
-                self.num_blocks(role)
+                blocks = self.num_blocks(role)
             except ConfigError as exc:
                 issues.extend(exc.issues)
+            else:
+                longest = self.longest_request_tokens
+                if role is Role.PREFILL:
+                    longest = min(longest, self.workload_max_prompt_tokens)
+                from pdsim.engine.kvcache import KVLayout
+
+                # unbounded draws and traces: requests too long are rejected at admission
+                if longest >= m.max_model_len and (
+                        self.workload.trace is not None
+                        or _max_tokens(self.workload.prompt_tokens, True, -1) < 0
+                        or _max_tokens(self.workload.output_tokens, True, -1) < 0):
+                    continue
+
+                need = KVLayout.from_config(self, sched.block_size).blocks_for(longest)
+                if need > blocks:
+                    where = ("scheduler.num_blocks" if sched.num_blocks is not None
+                             else "kv_cache_gib")
+                    issues.append((f"{path}.{where}",
+                                   f"the KV pool ({blocks} blocks of {sched.block_size} "
+                                   f"tokens) cannot hold one maximum-length request "
+                                   f"({longest} tokens, {need} blocks; capped by "
+                                   f"model.max_model_len {m.max_model_len})"))
             if role is not Role.PREFILL and sched.max_num_batched_tokens < (
                     sched.max_num_seqs * n_query):
                 issues.append((f"{path}.scheduler.max_num_batched_tokens",
@@ -455,3 +494,21 @@ class SimConfig(StrictModel):
         if issues:
             raise ConfigError("", issues=issues)
         return self
+
+
+def _max_tokens(dist: object, synthetic: bool, unbounded: int) -> int:
+    """Largest length ``dist`` can draw; ``unbounded`` when it has no upper bound."""
+    if not synthetic:
+        return unbounded
+    kind = getattr(dist, "kind", None)
+    if kind == "fixed":
+        return int(dist.tokens)  # type: ignore[attr-defined]
+    if kind == "uniform":
+        return int(dist.high_tokens)  # type: ignore[attr-defined]
+    if kind in ("normal", "lognormal"):
+        cap = dist.max_tokens  # type: ignore[attr-defined]
+        return int(cap) if cap is not None else unbounded
+    if kind == "empirical":
+        vals = dist.values or dist.bin_edges  # type: ignore[attr-defined]
+        return int(max(vals)) if vals else unbounded
+    return unbounded

@@ -68,6 +68,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise InputFileError(str(p), line, f"YAML syntax error: {what}", column=col) from None
     except yaml.YAMLError as exc:
         raise InputFileError(str(p), None, f"YAML error: {exc}") from None
+    except RecursionError:
+        raise InputFileError(str(p), None, "YAML nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -138,7 +140,15 @@ def expand_profiles(data: Mapping[str, Any]) -> dict[str, Any]:
 
         st = out.get("step_time")
         kv_dtype = st.get("kv_cache_dtype") if isinstance(st, dict) else None
-        fields = model_config_fields(profile, kv_cache_dtype=kv_dtype, path="model.profile")
+        if kv_dtype is not None and not isinstance(kv_dtype, str):
+            raise ConfigError("step_time.kv_cache_dtype", f"expected a dtype name, got "
+                              f"{kv_dtype!r}")
+        try:
+            fields = model_config_fields(profile, kv_cache_dtype=kv_dtype,
+                                         path="model.profile")
+        except KeyError as exc:
+            raise ConfigError("step_time.kv_cache_dtype",
+                              f"unknown dtype {exc.args[0]!r}") from None
         out["model"] = {**fields, **(model if isinstance(model, dict) else {})}
         if isinstance(st, dict) and st.get("kind") == "roofline" and "model" not in st:
             out["step_time"] = {**st, "model": profile}

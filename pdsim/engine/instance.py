@@ -245,6 +245,8 @@ class Instance:
         while True:
             plan = (self._schedule() if self.up and (self.waiting or self.running)
                     else None)
+            if plan is None and self._unblock_waiting():
+                continue
             if plan is None:
                 self.step_end_at = math.inf
                 self._wake = env.event()
@@ -274,6 +276,29 @@ class Instance:
                         self._finish_pending()
 
     # --------------------------------------------------------------- schedule
+
+    def _unblock_waiting(self) -> bool:
+        """Break a wait that no event would end; True if something was freed.
+
+        On D, waiting requests hold the blocks of their landed KV. When nothing runs and
+        nothing is in flight, no event will free a block, so if the head cannot be
+        admitted the most recently queued holder gives its blocks back and will recompute
+        its prompt locally (as after a preemption).
+        """
+        if not self.up or self.running or self.receiving or not self.waiting:
+            return False
+        for req in reversed(self.waiting):
+            if self.pool.held(req.id) and req is not self.waiting[0]:
+                self.pool.free(req.id)
+                req.num_computed = 0
+                req.kv_from_remote = False
+                req.kv_params = None
+                req.tokens_recomputed_on_d = req.prompt_tokens
+                req.d_local_prefill_tokens = req.prompt_tokens
+                req.num_preemptions += 1
+                self.preemptions += 1
+                return True
+        return False
 
     def _chunk(self, req: Request, budget: int) -> int:
         remaining = req.seq_tokens - req.num_computed
@@ -417,9 +442,11 @@ class Instance:
         if self.role is Role.PREFILL:
             req.p_preemptions += 1
         else:
-            # Recompute prompt and generated tokens locally: fresh, exact drafter KV.
+            # Recompute prompt and generated tokens locally: fresh, exact drafter KV. P's
+            # blocks are gone by now, so the request never asks for remote KV again.
             req.seq_tokens = req.prompt_tokens + req.num_output
             req.kv_from_remote = False
+            req.kv_params = None
         self.waiting.appendleft(req)
         return True
 
@@ -679,12 +706,16 @@ class Instance:
         ends: list[float] = []
         t = 0.0
         model = self.step_model
+        # a step in progress when a scheduled fault strikes must stay undone until then
+        fault_in = self.sim.faults.next_scheduled_after(env.now) - env.now
         for j in range(limit):
             if t >= horizon:
                 break
             kj = int(k_j[j])
             t += model.step_time_s(StepBatch(0, 0.0, kj, kj * q, int(ctx_sum[j]),
                                              int(repair[j])))
+            if t > fault_in:
+                break
             ends.append(t)
         m = len(ends)
         if m == 0:

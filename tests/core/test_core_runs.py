@@ -73,9 +73,11 @@ STRESS: dict[str, tuple[str, ...]] = {
     "too long for the model": ("model.max_model_len=330",
                                "workload.prompt_tokens={kind: uniform, mean_tokens: 300, "
                                "range_ratio: 0.5}"),
+    # unbounded lengths: the config cannot know the longest request, so the engine
+    # rejects the ones that do not fit at admission (bounded ones are a config error)
     "too big for the KV pool": ("cluster.decode.scheduler.num_blocks=22",
-                                "workload.prompt_tokens={kind: uniform, mean_tokens: 300, "
-                                "range_ratio: 0.5}"),
+                                "workload.prompt_tokens={kind: lognormal, mean_tokens: 300, "
+                                "cv: 0.5}"),
     "lease expires, fail": ("connector.kv_lease_s=0.001", "connector.setup_latency_s=0.01",
                             "connector.kv_load_failure_policy=fail"),
     "lease expires, recompute": ("connector.kv_lease_s=0.001",
