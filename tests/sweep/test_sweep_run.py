@@ -18,7 +18,7 @@ import pdsim.simulation
 from pdsim.sweep import Sweep, expand_points, run_sweep
 
 GRID: list[tuple[str, list[Any]]] = [("workload.arrivals.rate_per_s", [2.0, 6.0]),
-        ("connector.prefill_backoff", ["off", "auto"])]
+                                     ("connector.prefill_backoff", ["off", "auto"])]
 
 
 def _table(out: Path) -> tuple[bytes, bytes]:
