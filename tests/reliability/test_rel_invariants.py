@@ -46,8 +46,7 @@ CASES: dict[str, dict[str, Any]] = {
     "pd_pull_mtp3": {},
     "pd_push_mtp3": {"connector": {"transfer_mode": "push"}},
     "colocated_mtp3": {"cluster": {"mode": "colocated"}},
-    # Mamba state costs 48 blocks a request here: D gets room for all 16 (see
-    # D_PREEMPTION_BUG)
+    # Mamba state costs 48 blocks a request here: D gets room for all 16
     "mamba_hybrid_pd": {"model": MAMBA_MODEL, "speculative": {"method": "none",
                                                              "num_speculative_tokens": 0},
                         "cluster": {"decode": {"scheduler": {"num_blocks": 2048}}}},
@@ -143,15 +142,10 @@ CASES: dict[str, dict[str, Any]] = {
                                        "max_tokens": 1500}}},
 }
 
-# A request preempted on D after its remote KV landed goes back to D's waiting queue
-# still marked do_remote_prefill, so D starts a second transfer for blocks P has already
-# freed: transfer_start_s is overwritten (after first_token_s), the load "fails", and
-# under kv_load_failure_policy=fail the request fails. vLLM's NIXL connector clears
-# do_remote_prefill once the blocks are allocated (update_state_after_alloc), so a
-# preempted request recomputes locally.
-D_PREEMPTION_BUG = ("engine bug: a request preempted on D re-requests remote KV that P "
-                    "already freed (kv_params.do_remote_prefill is never cleared)")
-XFAIL_CASES: dict[str, dict[str, Any]] = {
+# A request preempted on D after its remote KV landed must recompute locally (P freed
+# its blocks long ago), as vLLM's NIXL connector does once it clears do_remote_prefill
+# after allocating; a second transfer of freed blocks would break timestamps and fail it.
+D_PREEMPTION_CASES: dict[str, dict[str, Any]] = {
     "small_d_pool_preempts_recompute": {
         "cluster": {"decode": {"scheduler": {"num_blocks": 40}}},
         "connector": {"kv_load_failure_policy": "recompute"},
@@ -171,21 +165,13 @@ def test_invariants_hold_after_every_event(name: str) -> None:
     assert s["completed"] + s["failed"] + s["rejected"] == s["num_requests"]
 
 
-@pytest.mark.parametrize("name", sorted(XFAIL_CASES))
-@pytest.mark.xfail(strict=True, raises=InvariantViolation, reason=D_PREEMPTION_BUG)
+@pytest.mark.parametrize("name", sorted(D_PREEMPTION_CASES))
 def test_invariants_hold_when_d_preempts(name: str) -> None:
-    run_checked(small_cfg(XFAIL_CASES[name]))
+    run_checked(small_cfg(D_PREEMPTION_CASES[name]))
 
 
-# An instance that runs several decode steps ahead commits their results (finishes
-# included) when the run starts; an outage that lands inside the run leaves a request
-# finished on an instance that was already down (finish_s after the outage start).
-OUTAGE_DURING_DECODE_RUN: str | None = (
-    "engine bug: a decode run committed ahead is not voided by an instance outage inside "
-    "it; the request finishes after its instance went down")
-
-
-@pytest.mark.xfail(strict=True, raises=InvariantViolation, reason=str(OUTAGE_DURING_DECODE_RUN))
+# An instance that runs several decode steps ahead must stop before a scheduled outage:
+# this seed once put an outage inside such a run.
 def test_invariants_hold_when_an_outage_cuts_a_decode_run() -> None:
     run_checked(load_config(small({
         "seed": 2656,
@@ -241,8 +227,8 @@ def random_configs(draw: st.DrawFn) -> dict[str, Any]:
     longest = 2 * (prompt + output) + 2 + n  # the uniform ranges' tops, room to decode
     fit = -(-longest // block) + 1
     num_requests = draw(st.integers(1, 25))
-    # D pools hold every request at once, so D never preempts (see D_PREEMPTION_BUG; D
-    # allocates for requests still receiving KV beyond max_num_seqs). P and colocated
+    # D pools hold every request at once, so D never preempts (D preemption has its own
+    # cases above; D allocates for requests still receiving KV beyond max_num_seqs). P and colocated
     # pools may be as small as one request, which forces preemption.
     d_blocks = num_requests * fit + draw(st.integers(0, 64))
     small_blocks = draw(st.integers(fit, 4 * fit))
@@ -292,12 +278,9 @@ def random_configs(draw: st.DrawFn) -> dict[str, Any]:
             "kv_transfer_timeout_s": draw(st.sampled_from([None, 0.005, 0.05])),
             "outage_policy": draw(st.sampled_from(["retry", "fail"])),
             "max_retries": draw(st.integers(0, 2)),
-            # outages only between steps of an instance that is not decoding ahead:
-            # see OUTAGE_DURING_DECODE_RUN (when fixed, draw any start time)
             "instance_outages": [{"instance": draw(st.sampled_from(names)), "start_s": start,
                                   "end_s": start + draw(st.floats(0.01, 1.0))}
-                                 for _ in range(draw(st.integers(0, 2)))
-                                 if OUTAGE_DURING_DECODE_RUN is None],
+                                 for _ in range(draw(st.integers(0, 2)))],
             "link_degradations": draw(st.sampled_from([
                 [], [{"start_s": 0.0, "end_s": 0.5, "bandwidth_factor": 0.01}]])),
         }

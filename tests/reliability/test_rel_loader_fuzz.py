@@ -279,8 +279,6 @@ def test_random_text_files(tmp_path_factory: pytest.TempPathFactory, text: str) 
     load_or_error(path, data=data)
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason="expand_profiles passes an "
-                   "unvalidated step_time.kv_cache_dtype to model_config_fields (KeyError)")
 def test_profile_with_bad_kv_cache_dtype_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
         load_config({"model": {"profile": "deepseek-v3"},
