@@ -44,7 +44,7 @@ def _clean(obj: Any) -> Any:
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
+    if isinstance(obj, Sequence) and not isinstance(obj, str | bytes):
         return [_clean(v) for v in obj]
     if hasattr(obj, "item") and callable(obj.item):
         return _clean(obj.item())

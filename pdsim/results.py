@@ -14,8 +14,9 @@ facts (``summarize``), with vLLM's definitions (reference section 6):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -41,6 +42,56 @@ RECORD_FIELDS = (
 )
 
 
+class RecordTable(Sequence[dict[str, Any]]):
+    """Per-request records stored by column; reads like a list of flat dicts.
+
+    Indexing or iterating builds each row's dict on demand, so 100k requests cost their
+    columns' arrays, not 100k dicts. ``columns`` gives the arrays themselves.
+    """
+
+    __slots__ = ("_n", "columns")
+
+    def __init__(self, columns: dict[str, Any]) -> None:
+        self.columns = columns
+        self._n = len(columns["request_id"]) if columns else 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        row: dict[str, Any] = {}
+        for k, c in self.columns.items():
+            v = c[i]
+            row[k] = v.tolist() if hasattr(v, "tolist") else v
+        return row
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(self._n):
+            yield self[i]
+
+    def column(self, key: str) -> Any:
+        return self.columns[key]
+
+
+def _column(records: Sequence[dict[str, Any]], key: str) -> Any:
+    """One column of records, as stored when they are a ``RecordTable``."""
+    if isinstance(records, RecordTable):
+        return records.columns[key]
+    return [r[key] for r in records]
+
+
 @dataclass
 class InstanceFacts:
     """What one instance did: its step end times and per-step log."""
@@ -61,7 +112,7 @@ class Results:
     """Everything a run produced: config, per-request records, instance facts, summary."""
 
     config: SimConfig
-    records: list[dict[str, Any]]
+    records: Sequence[dict[str, Any]]
     instances: list[InstanceFacts]
     summary: dict[str, Any]
     links: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
@@ -72,6 +123,10 @@ class Results:
         """One flat dict per request (a copy)."""
         return [dict(r) for r in self.records]
 
+    @property
+    def num_requests(self) -> int:
+        return len(self.records)
+
     def to_pandas(self) -> pd.DataFrame:
         """The records as a DataFrame (needs pandas: ``pip install 'pdsim[pandas]'``)."""
         try:
@@ -79,7 +134,11 @@ class Results:
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError("to_pandas() needs pandas: pip install 'pdsim[pandas]'") \
                 from exc
-        return pd.DataFrame.from_records(self.records, columns=list(RECORD_FIELDS))
+        if isinstance(self.records, RecordTable):
+            cols = {k: (list(map(list, v)) if k == "accepted_per_pos" else v)
+                    for k, v in self.records.columns.items()}
+            return pd.DataFrame(cols, columns=list(RECORD_FIELDS))
+        return pd.DataFrame.from_records(list(self.records), columns=list(RECORD_FIELDS))
 
     def request_itls_s(self, request_id: int) -> np.ndarray:
         """Gaps between one request's output chunks, in seconds."""
@@ -107,43 +166,62 @@ def build_results(sim: Simulation) -> Results:
     """Collect the facts of a finished (or interrupted) simulation."""
     inst_facts = []
     for inst in sim.instances:
-        log = np.asarray(inst.step_log, dtype=np.float64).reshape(-1, 8)
+        log = np.frombuffer(inst.step_log, dtype=np.float64).reshape(-1, 8).copy()
         inst_facts.append(InstanceFacts(
             name=inst.name, role=inst.role.value, num_blocks=inst.pool.num_blocks,
-            step_end_s=np.asarray(inst.step_end_s, dtype=np.float64), step_log=log,
+            step_end_s=np.frombuffer(inst.step_end_s, dtype=np.float64).copy(), step_log=log,
             busy_s=inst.busy_s, preemptions=inst.preemptions))
-    records = []
     segments: dict[int, list[list[int]]] = {}
-    for r in sim.requests:
-        segs = r.segments
-        if r.slot >= 0:  # still decoding when the run stopped
-            segs = [*segs]
-        segments[r.id] = segs
-        n_chunks = sum(b - a + 1 for _, a, b in segs)
-        ttft = r.first_token_s - r.arrival_s
-        e2e = r.finish_s - r.arrival_s if r.status is Status.FINISHED else NAN
-        tpot = ((e2e - ttft) / (r.num_output - 1)
-                if r.status is Status.FINISHED and r.num_output > 1 else NAN)
-        records.append({
-            "request_id": r.id, "status": r.status.value, "fail_reason": r.fail_reason,
-            "arrival_s": r.arrival_s, "prompt_tokens": r.prompt_tokens,
-            "output_tokens": r.num_output, "target_output_tokens": r.output_target,
-            "prefill_instance": r.p_instance, "decode_instance": r.d_instance,
-            "p_queued_s": r.p_queued_s, "p_start_s": r.p_start_s, "p_end_s": r.p_end_s,
-            "transfer_start_s": r.transfer_start_s, "transfer_end_s": r.transfer_end_s,
-            "d_queued_s": r.d_queued_s, "first_token_s": r.first_token_s,
-            "finish_s": r.finish_s, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
-            "num_chunks": n_chunks, "p_prompt_tokens": r.p_prompt_tokens,
-            "kv_bytes_transferred": r.kv_bytes,
-            "kv_transfer_s": r.transfer_end_s - r.transfer_start_s,
-            "tokens_recomputed_on_d": r.tokens_recomputed_on_d,
-            "d_local_prefill_tokens": r.d_local_prefill_tokens,
-            "num_preemptions": r.num_preemptions, "num_drafts": r.num_drafts,
-            "num_draft_tokens": r.num_draft_tokens,
-            "num_accepted_tokens": r.num_accepted_tokens,
-            "accepted_per_pos": r.accepted_per_pos.tolist(),
-            "prefix_hit_tokens": r.prefix_hit_tokens,
-        })
+    reqs = sim.requests
+    n = len(reqs)
+
+    def col(get: Any, dtype: Any = np.float64) -> np.ndarray:
+        return np.fromiter((get(r) for r in reqs), dtype=dtype, count=n)
+
+    for r in reqs:
+        segments[r.id] = list(r.segments)
+    finished = np.fromiter((r.status is Status.FINISHED for r in reqs), dtype=bool, count=n)
+    arrival = col(lambda r: r.arrival_s)
+    first = col(lambda r: r.first_token_s)
+    finish = col(lambda r: r.finish_s)
+    out_tok = col(lambda r: r.num_output, np.int64)
+    ttft = first - arrival
+    e2e = np.where(finished, finish - arrival, NAN)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(finished & (out_tok > 1), (e2e - ttft) / (out_tok - 1), NAN)
+    t_start = col(lambda r: r.transfer_start_s)
+    t_end = col(lambda r: r.transfer_end_s)
+    nspec = sim.config.speculative.num_speculative_tokens
+    columns: dict[str, Any] = {
+        "request_id": col(lambda r: r.id, np.int64),
+        "status": [r.status.value for r in reqs],
+        "fail_reason": [r.fail_reason for r in reqs],
+        "arrival_s": arrival,
+        "prompt_tokens": col(lambda r: r.prompt_tokens, np.int64),
+        "output_tokens": out_tok,
+        "target_output_tokens": col(lambda r: r.output_target, np.int64),
+        "prefill_instance": [r.p_instance for r in reqs],
+        "decode_instance": [r.d_instance for r in reqs],
+        "p_queued_s": col(lambda r: r.p_queued_s), "p_start_s": col(lambda r: r.p_start_s),
+        "p_end_s": col(lambda r: r.p_end_s),
+        "transfer_start_s": t_start, "transfer_end_s": t_end,
+        "d_queued_s": col(lambda r: r.d_queued_s), "first_token_s": first,
+        "finish_s": finish, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
+        "num_chunks": col(lambda r: sum(b - a + 1 for _, a, b in r.segments), np.int64),
+        "p_prompt_tokens": col(lambda r: r.p_prompt_tokens, np.int64),
+        "kv_bytes_transferred": col(lambda r: r.kv_bytes, np.int64),
+        "kv_transfer_s": t_end - t_start,
+        "tokens_recomputed_on_d": col(lambda r: r.tokens_recomputed_on_d, np.int64),
+        "d_local_prefill_tokens": col(lambda r: r.d_local_prefill_tokens, np.int64),
+        "num_preemptions": col(lambda r: r.num_preemptions, np.int64),
+        "num_drafts": col(lambda r: r.num_drafts, np.int64),
+        "num_draft_tokens": col(lambda r: r.num_draft_tokens, np.int64),
+        "num_accepted_tokens": col(lambda r: r.num_accepted_tokens, np.int64),
+        "accepted_per_pos": (np.stack([r.accepted_per_pos for r in reqs]) if n
+                             else np.zeros((0, nspec), dtype=np.int64)),
+        "prefix_hit_tokens": col(lambda r: r.prefix_hit_tokens, np.int64),
+    }
+    records = RecordTable(columns)
     links = {link.name: link.samples for link in sim.links.values()}
     summary = summarize(records, inst_facts, segments, sim.config)
     summary["kv_lease_expired"] = sim.lease_expired
@@ -230,17 +308,17 @@ def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: n
     return float((values * (times_end - times_start)).sum() / horizon_s)
 
 
-def summarize(records: list[dict[str, Any]], instances: list[InstanceFacts],
+def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
               segments: dict[int, list[list[int]]], config: SimConfig) -> dict[str, Any]:
     """The run's metrics, from its facts alone."""
     n = len(records)
-    col = {k: np.asarray([r[k] for r in records], dtype=np.float64)
+    col = {k: np.asarray(_column(records, k), dtype=np.float64)
            for k in ("arrival_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "output_tokens",
                      "prompt_tokens", "kv_bytes_transferred", "kv_transfer_s",
                      "tokens_recomputed_on_d", "d_local_prefill_tokens", "num_drafts",
                      "num_draft_tokens", "num_accepted_tokens", "num_preemptions")} \
         if n else {}
-    status = [r["status"] for r in records]
+    status = list(_column(records, "status"))
     finished = np.asarray([s == "finished" for s in status], dtype=bool)
     s: dict[str, Any] = {
         "num_requests": n,
@@ -250,9 +328,9 @@ def summarize(records: list[dict[str, Any]], instances: list[InstanceFacts],
         "in_flight": status.count("in_flight"),
     }
     reasons: dict[str, int] = {}
-    for r in records:
-        if r["fail_reason"]:
-            reasons[r["fail_reason"]] = reasons.get(r["fail_reason"], 0) + 1
+    for why in _column(records, "fail_reason"):
+        if why:
+            reasons[why] = reasons.get(why, 0) + 1
     s["failure_reasons"] = dict(sorted(reasons.items()))
     if n:
         start = float(np.nanmin(col["arrival_s"]))
@@ -281,8 +359,8 @@ def summarize(records: list[dict[str, Any]], instances: list[InstanceFacts],
     drafts = int(col["num_drafts"].sum()) if n else 0
     draft_tokens = int(col["num_draft_tokens"].sum()) if n else 0
     accepted = int(col["num_accepted_tokens"].sum()) if n else 0
-    per_pos = (np.sum([r["accepted_per_pos"] for r in records], axis=0).astype(np.int64)
-               if n and nspec else np.zeros(nspec, dtype=np.int64))
+    per_pos = (np.asarray(_column(records, "accepted_per_pos"), dtype=np.int64)
+               .reshape(n, -1).sum(axis=0) if n and nspec else np.zeros(nspec, dtype=np.int64))
     s["num_drafts"] = drafts
     s["num_draft_tokens"] = draft_tokens
     s["num_accepted_tokens"] = accepted

@@ -280,6 +280,8 @@ class Simulation:
 
         def landed(now: float) -> None:
             self._transfers.pop(req.id, None)
+            if req.kv_params is not None:
+                req.kv_params.remote_block_ids = ()  # read: P frees them now
             req.transfer_end_s = now
             p.release_pinned(req)  # D notifies P, which frees the blocks
             d.kv_landed(req)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -126,8 +127,10 @@ class Instance:
         self.step_end_at = math.inf  # end of the step in progress (inf when idle)
         self.pending_setup_s: list[float] = []  # inbound transfers still in setup
         # facts
-        self.step_end_s: list[float] = []
-        self.step_log: list[tuple[float, float, int, int, int, int, int, int]] = []
+        # per step: end time, and (start, end, prefill tokens, decode requests, KV blocks
+        # used, running, waiting, receiving) as 8 flat doubles: compact at 100k+ steps
+        self.step_end_s = array("d")
+        self.step_log = array("d")
         self.busy_s = 0.0
         self.preemptions = 0
 
@@ -470,7 +473,7 @@ class Instance:
                 self._prefill_done(req, step, now)
         if plan.num_decode:
             self._decode_step(plan.num_decode, step, now)
-        self.step_log.append((start_s, now, b.prefill_tokens, b.decode_requests,
+        self.step_log.extend((start_s, now, b.prefill_tokens, b.decode_requests,
                               self.pool.num_used, len(self.running), len(self.waiting),
                               len(self.receiving)))
 
@@ -755,7 +758,7 @@ class Instance:
         nw, nr = len(self.waiting), len(self.receiving)
         for j in range(m):
             self.step_end_s.append(t0 + ends[j])
-            self.step_log.append((t0 + starts[j], t0 + ends[j], 0, int(k_j[j]),
+            self.step_log.extend((t0 + starts[j], t0 + ends[j], 0, int(k_j[j]),
                                   int(kv_used[j]), int(running_after[j]), nw, nr))
         if cut:
             self._pending = [(self.req_of_slot[s], base + m - 1)
