@@ -288,10 +288,11 @@ class Instance:
         admitted the most recently queued holder gives its blocks back and will recompute
         its prompt locally (as after a preemption).
         """
-        if not self.up or self.running or self.receiving or not self.waiting:
+        if (self.role is not Role.DECODE or not self.up or self.running or self.receiving
+                or not self.waiting):
             return False
         for req in reversed(self.waiting):
-            if self.pool.held(req.id) and req is not self.waiting[0]:
+            if req.kv_from_remote and req is not self.waiting[0] and self.pool.held(req.id):
                 self.pool.free(req.id)
                 req.num_computed = 0
                 req.kv_from_remote = False
