@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class PdsimError(Exception):
     """Base of every error pdsim reports to the user without a traceback."""
@@ -39,3 +41,17 @@ class InputFileError(PdsimError):
             if column is not None:
                 where += f":{column}"
         super().__init__(f"{where}: {message}")
+
+
+def read_text_file(path: str | Path, kind: str) -> str:
+    """The UTF-8 text of ``path``; a missing, directory or unreadable file is an
+    ``InputFileError`` naming it (``kind`` says what was expected, e.g. "a YAML file")."""
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputFileError(str(p), None, "no such file") from None
+    except IsADirectoryError:
+        raise InputFileError(str(p), None, f"is a directory, not {kind}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(str(p), None, f"cannot be read: {exc}") from None

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pdsim.config import SimConfig
-from pdsim.errors import ConfigError, InputFileError
+from pdsim.errors import ConfigError, InputFileError, read_text_file
 
 
 class _Yaml12Loader(yaml.SafeLoader):
@@ -50,14 +50,7 @@ def parse_yaml(text: str) -> Any:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Parse a YAML mapping from ``path``; errors name the file, line and column."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(str(p), None, "no such file") from None
-    except IsADirectoryError:
-        raise InputFileError(str(p), None, "is a directory, not a YAML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(str(p), None, f"cannot be read: {exc}") from None
+    text = read_text_file(p, "a YAML file")
     try:
         data = parse_yaml(text)
     except yaml.MarkedYAMLError as exc:
@@ -144,7 +137,7 @@ def expand_profiles(data: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError("step_time.kv_cache_dtype", f"expected a dtype name, got "
                               f"{kv_dtype!r}")
         try:
-            fields = model_config_fields(profile, kv_cache_dtype=kv_dtype,
+            fields = model_config_fields(profile, kv_cache_dtype=kv_dtype,  # type: ignore[arg-type]
                                          path="model.profile")
         except KeyError as exc:
             raise ConfigError("step_time.kv_cache_dtype",

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pdsim.errors import InputFileError
+from pdsim.errors import InputFileError, read_text_file
 from pdsim.realdata.prometheus import AcceptanceStats
 from pdsim.workload.base import RequestSpecs
 
@@ -317,14 +317,7 @@ def read_bench_result(path: str | Path, index: int = -1) -> BenchResult:
     or malformed field.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(str(p), None, "no such file") from None
-    except IsADirectoryError:
-        raise InputFileError(str(p), None, "is a directory, not a JSON file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(str(p), None, f"cannot be read: {exc}") from None
+    text = read_text_file(p, "a JSON file")
     values = _decode_all(text, str(p))
     try:
         data = values[index]

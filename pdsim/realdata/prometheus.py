@@ -24,7 +24,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pdsim.errors import InputFileError, PdsimError
+from pdsim.errors import InputFileError, PdsimError, read_text_file
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -268,15 +268,7 @@ def parse_scrape(text: str, file: str = "<metrics>") -> Scrape:
 def read_scrape(path: str | Path) -> Scrape:
     """``parse_scrape`` of the file at ``path``; unreadable files are ``InputFileError``."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(str(p), None, "no such file") from None
-    except IsADirectoryError:
-        raise InputFileError(str(p), None, "is a directory, not a metrics file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(str(p), None, f"cannot be read: {exc}") from None
-    return parse_scrape(text, str(p))
+    return parse_scrape(read_text_file(p, "a metrics file"), str(p))
 
 
 # --------------------------------------------------------------------------- aggregation
