@@ -20,7 +20,7 @@ import numpy as np
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
 from pdsim.engine.kvcache import BlockPool, KVLayout
 from pdsim.engine.request import Phase, Request
-from pdsim.perf.base import StepBatch
+from pdsim.perf.base import StepBatch, decode_step_times_s
 from pdsim.perf.build import build_step_time_model
 from pdsim.spec.provenance import SlotCause, excess_profile
 
@@ -707,23 +707,18 @@ class Instance:
         short = np.flatnonzero((need - held0).sum(axis=1) > self.pool.num_free)
         if len(short):
             limit = min(limit, int(short[0]))
-        ends: list[float] = []
-        t = 0.0
-        model = self.step_model
-        # a step in progress when a scheduled fault strikes must stay undone until then
+        dts = decode_step_times_s(self.step_model, k_j[:limit], k_j[:limit] * q,
+                                  ctx_sum[:limit], repair[:limit])
+        ends_a = np.cumsum(dts)
+        # steps that start before the horizon; a step in progress when a scheduled fault
+        # strikes must stay undone until then, so none may end after one
         fault_in = self.sim.faults.next_scheduled_after(env.now) - env.now
-        for j in range(limit):
-            if t >= horizon:
-                break
-            kj = int(k_j[j])
-            t += model.step_time_s(StepBatch(0, 0.0, kj, kj * q, int(ctx_sum[j]),
-                                             int(repair[j])))
-            if t > fault_in:
-                break
-            ends.append(t)
-        m = len(ends)
+        m = min(int(np.searchsorted(ends_a - dts, horizon, side="left")),
+                int(np.searchsorted(ends_a, fault_in, side="right")))
         if m == 0:
             return 0.0
+        ends_a = ends_a[:m]
+        ends = ends_a.tolist()
         self._last_dt = ends[-1] / m
         # commit m steps
         t0 = env.now
@@ -755,12 +750,18 @@ class Instance:
         other = self.pool.num_used - int(held0.sum())
         kv_used = other + (need[:m] * alive).sum(axis=1)
         running_after = len(self.running) - (~alive).sum(axis=1)
-        starts = [0.0, *ends[:-1]]
-        nw, nr = len(self.waiting), len(self.receiving)
-        for j in range(m):
-            self.step_end_s.append(t0 + ends[j])
-            self.step_log.extend((t0 + starts[j], t0 + ends[j], 0, int(k_j[j]),
-                                  int(kv_used[j]), int(running_after[j]), nw, nr))
+        log = np.empty((m, 8))
+        log[:, 1] = t0 + ends_a
+        log[0, 0] = t0
+        log[1:, 0] = log[:-1, 1]
+        log[:, 2] = 0
+        log[:, 3] = k_j[:m]
+        log[:, 4] = kv_used
+        log[:, 5] = running_after
+        log[:, 6] = len(self.waiting)
+        log[:, 7] = len(self.receiving)
+        self.step_end_s.frombytes(log[:, 1].tobytes())
+        self.step_log.frombytes(log.tobytes())
         if cut:
             self._pending = [(self.req_of_slot[s], base + m - 1)
                              for s in np.flatnonzero(done_in).tolist()]
@@ -768,7 +769,7 @@ class Instance:
             for s in np.flatnonzero(done_in)[::-1].tolist():
                 f = int(fstep[s])
                 self._finish_row(s, base + f, t0 + ends[f])
-        return ends[-1]
+        return float(ends[-1])
 
     def _finish_pending(self) -> None:
         """Finish the requests whose last token came in the final step of a decode run."""

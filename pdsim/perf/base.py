@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
+import numpy as np
+
 
 class StepBatch(NamedTuple):
     """What one engine step computes, summed over the requests in the batch.
@@ -40,3 +42,24 @@ class StepTimeModel(Protocol):
     def step_time_s(self, batch: StepBatch) -> float:
         """Duration of a step that computes ``batch``; must be > 0 for a non-empty batch."""
         ...
+
+
+def decode_step_times_s(model: StepTimeModel, decode_requests: np.ndarray,
+                        decode_tokens: np.ndarray, decode_context_tokens: np.ndarray,
+                        drafter_repair_tokens: np.ndarray) -> np.ndarray:
+    """Step times of consecutive pure-decode steps (no prefill), one per array entry.
+
+    Uses the model's vectorized ``decode_step_times_s`` when it has one (it must agree
+    with ``step_time_s``), else calls ``step_time_s`` step by step.
+    """
+    fast = getattr(model, "decode_step_times_s", None)
+    if fast is not None:
+        out: np.ndarray = fast(decode_requests, decode_tokens, decode_context_tokens,
+                               drafter_repair_tokens)
+        return out
+    return np.fromiter(
+        (model.step_time_s(StepBatch(0, 0.0, int(r), int(t), int(c), int(x)))
+         for r, t, c, x in zip(decode_requests.tolist(), decode_tokens.tolist(),
+                               decode_context_tokens.tolist(),
+                               drafter_repair_tokens.tolist(), strict=True)),
+        dtype=np.float64, count=len(decode_requests))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from pdsim.perf.base import StepBatch
 from pdsim.perf.config import SimpleStepTimeConfig
 
@@ -36,4 +38,25 @@ class SimpleStepTime:
         if self._draft_modules_prefill and (batch.prefill_tokens or batch.drafter_repair_tokens):
             work = batch.prefill_tokens + batch.drafter_repair_tokens
             t += self._draft_modules_prefill * max(c.drafter_floor_s, work * draft_cost)
+        return t
+
+    def decode_step_times_s(self, decode_requests: np.ndarray, decode_tokens: np.ndarray,
+                            decode_context_tokens: np.ndarray,
+                            drafter_repair_tokens: np.ndarray) -> np.ndarray:
+        """``step_time_s`` of pure-decode steps, vectorized (the same arithmetic, in the
+        same order, so the results are identical)."""
+        c = self._c
+        reqs = decode_requests.astype(np.float64)
+        t = c.overhead_s + np.maximum(c.weights_floor_s, decode_tokens * c.per_token_s)
+        t = t + decode_context_tokens * c.per_context_token_s
+        t = t + 0.0 * c.per_attention_pair_s
+        draft_cost = c.per_token_s * c.drafter_token_cost_ratio
+        if self._draft_passes_decode:
+            per_pass = np.maximum(c.drafter_floor_s, reqs * draft_cost)
+            t = t + np.where(reqs > 0, self._draft_passes_decode * per_pass, 0.0)
+        if self._draft_modules_prefill:
+            work = drafter_repair_tokens.astype(np.float64)
+            extra = self._draft_modules_prefill * np.maximum(c.drafter_floor_s,
+                                                             work * draft_cost)
+            t = t + np.where(work > 0, extra, 0.0)
         return t
