@@ -250,7 +250,10 @@ class ConnectorConfig(StrictModel):
     transfers on one P->D link sharing ``link_bandwidth_gb_per_s`` (GB/s, 1e9 bytes)
     equally. ``prefill_backoff``: ``auto`` is vLLM after PR #55055 (P truncates
     ``_prefill_backoff()`` trailing prompt tokens, D recomputes them); ``off`` is before it
-    (only Mamba models back off, by one token).
+    (only Mamba models back off, by one token). ``transfer_mode``: in ``pull`` D reads P's
+    blocks after a read handshake (``handshake_s``); in ``push`` P writes into the blocks
+    D registered when it admitted the request (no handshake). Either way a transfer starts
+    once D has allocated its blocks, after ``setup_latency_s``.
     """
 
     transfer_mode: Literal["pull", "push"] = "pull"
