@@ -288,11 +288,20 @@ class Instance:
         admitted the most recently queued holder gives its blocks back and will recompute
         its prompt locally (as after a preemption).
         """
-        if (self.role is not Role.DECODE or not self.up or self.running or self.receiving
-                or not self.waiting):
+        if self.running or self.receiving or not self.waiting:
+            return False
+        return self._reclaim_waiting_kv(keep=self.waiting[0])
+
+    def _reclaim_waiting_kv(self, keep: Request | None = None) -> bool:
+        """D: take the landed KV of the most recently queued waiting request (not ``keep``)
+        back into the pool; that request will recompute its prompt locally. Running
+        requests come first: without this, requests waiting for a batch slot could hold
+        the blocks a running request needs to grow, and it would preempt itself forever.
+        """
+        if self.role is not Role.DECODE or not self.up:
             return False
         for req in reversed(self.waiting):
-            if req.kv_from_remote and req is not self.waiting[0] and self.pool.held(req.id):
+            if req.kv_from_remote and req is not keep and self.pool.held(req.id):
                 self.pool.free(req.id)
                 req.num_computed = 0
                 req.kv_from_remote = False
@@ -336,7 +345,7 @@ class Instance:
                 total = int(need.sum()) if need.any() else 0
                 if total <= pool.num_free:
                     break
-                if not self._preempt_tail():
+                if not self._reclaim_waiting_kv() and not self._preempt_tail():
                     break
                 k = self.k
             if total:
@@ -359,6 +368,8 @@ class Instance:
                 continue
             extra = layout.blocks_for(self._prefill_target_tokens(req, n)) - pool.held(req.id)
             while extra > pool.num_free:
+                if self._reclaim_waiting_kv():
+                    continue
                 victim_was_self = self.running and self.running[-1] is req
                 if not self._preempt_tail() or victim_was_self:
                     break
