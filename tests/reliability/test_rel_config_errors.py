@@ -167,14 +167,20 @@ def test_several_problems_are_each_reported(tmp_path: Path) -> None:
     assert paths == ["bogus", "connector.transfer_mode", "workload.arrivals.rate_per_s"]
 
 
-@pytest.mark.xfail(strict=True, reason="config.py has no check that one maximum-length "
-                   "request fits the KV pool; such a config runs and rejects requests "
-                   "(exceeds_kv_capacity) instead of failing to load")
-def test_kv_pool_smaller_than_one_max_length_request(tmp_path: Path) -> None:
-    # 4 blocks of 16 tokens = 64 tokens, max_model_len 2048
-    code, out, err = error_of(tmp_path, small({
-        "cluster": {"decode": {"scheduler": {"num_blocks": 4}}}}))
-    assert_user_error(code, out, err, "cluster.decode", "max_model_len")
+@pytest.mark.parametrize(("patch", "path"), [
+    ({"cluster": {"decode": {"scheduler": {"num_blocks": 4}}}},
+     "cluster.decode.scheduler.num_blocks"),
+    ({"cluster": {"prefill": {"scheduler": {"num_blocks": 4}}}},
+     "cluster.prefill.scheduler.num_blocks"),
+    ({"cluster": {"decode": {"scheduler": {"num_blocks": None}, "kv_cache_gib": 0.0001}}},
+     "cluster.decode.kv_cache_gib"),
+], ids=["decode_blocks", "prefill_blocks", "decode_gib"])
+def test_kv_pool_smaller_than_one_max_length_request(tmp_path: Path, patch: dict[str, Any],
+                                                     path: str) -> None:
+    # 4 blocks of 16 tokens = 64 tokens; the small workload's longest request is 240
+    code, out, err = error_of(tmp_path, small(patch))
+    assert_user_error(code, out, err, path, "cannot hold one maximum-length request",
+                      "model.max_model_len")
 
 
 def test_error_lines_are_not_wrapped(tmp_path: Path) -> None:

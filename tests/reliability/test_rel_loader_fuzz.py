@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rel_support import SMALL, examples
 
@@ -204,18 +204,6 @@ def load_or_error(source: Any, overrides: list[str] | None = None,
     return cfg
 
 
-def _known_bug(data: Any) -> bool:
-    """Inputs that hit a bug outside the loader's error formatting, covered by an xfail
-    test below: a model profile with an invalid step_time.kv_cache_dtype (KeyError)."""
-    if not isinstance(data, dict):
-        return False
-    model, st_ = data.get("model"), data.get("step_time")
-    return (isinstance(model, dict) and isinstance(model.get("profile"), str)
-            and isinstance(st_, dict) and "kv_cache_dtype" in st_
-            and st_["kv_cache_dtype"] not in ("fp32", "bf16", "fp16", "fp8", "int8", "nvfp4",
-                                              "mxfp4", "int4", None))
-
-
 FUZZ = settings(max_examples=examples(150), deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
@@ -223,14 +211,12 @@ FUZZ = settings(max_examples=examples(150), deadline=None,
 @FUZZ
 @given(st.dictionaries(keys, trees(), max_size=6))
 def test_random_trees(data: dict[Any, Any]) -> None:
-    assume(not _known_bug(data))
     load_or_error(data)
 
 
 @FUZZ
 @given(mutated_configs())
 def test_mutated_valid_configs(data: dict[str, Any]) -> None:
-    assume(not _known_bug(data))
     cfg = load_or_error(data)
     if cfg is not None:  # what show-config prints loads back to the same config
         assert load_config(parse_yaml(dump_config(cfg))) == cfg
@@ -248,7 +234,6 @@ def test_random_overrides(base: int, sets: list[str]) -> None:
         with pytest.raises(ConfigError):
             load_config(data, sets)
         return
-    assume(not _known_bug(applied))
     load_or_error(data, sets, data=applied)
 
 
@@ -257,7 +242,6 @@ def test_random_overrides(base: int, sets: list[str]) -> None:
 @given(st.one_of(st.dictionaries(keys, trees(), max_size=6), mutated_configs()))
 def test_yaml_files(tmp_path_factory: pytest.TempPathFactory, data: dict[Any, Any]) -> None:
     """The same trees through a YAML file (dump, then read back by the loader)."""
-    assume(not _known_bug(data))
     path = tmp_path_factory.mktemp("fuzz") / "cfg.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
     # YAML folds some whitespace in keys (a lone CR becomes a space): locate against
@@ -275,7 +259,6 @@ def test_random_text_files(tmp_path_factory: pytest.TempPathFactory, text: str) 
         data: Any = yaml.safe_load(text)
     except yaml.YAMLError:
         data = None
-    assume(not _known_bug(data))
     load_or_error(path, data=data)
 
 
