@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import math
-from functools import cached_property
 from typing import Annotated, Literal
 
 import numpy as np
@@ -339,7 +338,7 @@ class SimConfig(StrictModel):
         return (self.model.target_kv_bytes_per_token
                 + mods * self.model.mtp_kv_bytes_per_token_per_module)
 
-    @cached_property
+    @property
     def conditional_acceptance(self) -> np.ndarray:
         """Clean conditional acceptance of each draft position (length N)."""
         n = self.speculative.num_speculative_tokens
@@ -365,9 +364,6 @@ class SimConfig(StrictModel):
     def num_blocks(self, role: Role) -> int:
         """KV blocks of one instance of ``role``: given, from ``kv_cache_gib``, or derived
         from the hardware's memory (roofline step time). Raises ``ConfigError``."""
-        cache = self.__dict__.setdefault("_num_blocks_cache", {})
-        if role in cache:
-            return int(cache[role])
         group = dict(self.cluster.groups())[role]
         sched = group.scheduler
         path = f"cluster.{role.value}"
@@ -392,7 +388,6 @@ class SimConfig(StrictModel):
             raise ConfigError(f"{path}.kv_cache_gib",
                               "give kv_cache_gib or scheduler.num_blocks (or use a roofline "
                               "step_time, which derives the KV pool from the hardware)")
-        cache[role] = n
         return n
 
     # -------------------------------------------------------------- validation

@@ -42,6 +42,25 @@ _Yaml12Loader.add_implicit_resolver(
     list("-+0123456789."))
 
 
+def _construct_unique_mapping(loader: _Yaml12Loader, node: yaml.MappingNode,
+                              deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line "
+                    f"{seen[key].start_mark.line + 1})", key_node.start_mark)
+            seen[key] = key_node
+        except TypeError:
+            continue  # unhashable keys are reported by validation
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:map", _construct_unique_mapping)
+
+
 def parse_yaml(text: str) -> Any:
     """Parse YAML text with YAML 1.2 booleans (``on``/``off``/``yes``/``no`` are strings)."""
     return yaml.load(text, Loader=_Yaml12Loader)

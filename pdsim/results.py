@@ -178,8 +178,21 @@ def build_results(sim: Simulation) -> Results:
     def col(get: Any, dtype: Any = np.float64) -> np.ndarray:
         return np.fromiter((get(r) for r in reqs), dtype=dtype, count=n)
 
+    # requests still decoding when the run stopped (an interrupted run): their counters
+    # and their open output segment live in the instance's decode rows
+    live: dict[int, tuple[Any, int]] = {}
+    for inst in sim.instances:
+        for s in range(inst.k):
+            row_req = inst.req_of_slot[s]
+            if row_req is not None:
+                live[row_req.id] = (inst, s)
     for r in reqs:
         segments[r.id] = list(r.segments)
+        if r.id in live:
+            inst, s = live[r.id]
+            last = len(inst.step_end_s) - 1
+            if last >= int(inst.seg_first[s]):
+                segments[r.id].append([inst.index, int(inst.seg_first[s]), last])
     finished = np.fromiter((r.status is Status.FINISHED for r in reqs), dtype=bool, count=n)
     arrival = col(lambda r: r.arrival_s)
     first = col(lambda r: r.first_token_s)
@@ -207,7 +220,7 @@ def build_results(sim: Simulation) -> Results:
         "transfer_start_s": t_start, "transfer_end_s": t_end,
         "d_queued_s": col(lambda r: r.d_queued_s), "first_token_s": first,
         "finish_s": finish, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
-        "num_chunks": col(lambda r: sum(b - a + 1 for _, a, b in r.segments), np.int64),
+        "num_chunks": col(lambda r: sum(b - a + 1 for _, a, b in segments[r.id]), np.int64),
         "p_prompt_tokens": col(lambda r: r.p_prompt_tokens, np.int64),
         "kv_bytes_transferred": col(lambda r: r.kv_bytes, np.int64),
         "kv_transfer_s": t_end - t_start,
@@ -221,6 +234,16 @@ def build_results(sim: Simulation) -> Results:
                              else np.zeros((0, nspec), dtype=np.int64)),
         "prefix_hit_tokens": col(lambda r: r.prefix_hit_tokens, np.int64),
     }
+    for rid, (inst, s) in live.items():
+        i = rid  # requests are numbered in the order they are stored
+        assert reqs[i].id == rid
+        columns["output_tokens"][i] = int(inst.out[s])
+        nd = int(inst.n_drafts[s])
+        columns["num_drafts"][i] += nd
+        columns["num_draft_tokens"][i] += nd * inst.n_spec
+        columns["num_accepted_tokens"][i] += int(inst.n_acc[s])
+        if inst.n_spec:
+            columns["accepted_per_pos"][i] += inst.acc_pos[s, : inst.n_spec]
     records = RecordTable(columns)
     links = {link.name: link.samples for link in sim.links.values()}
     summary = summarize(records, inst_facts, segments, sim.config)

@@ -31,7 +31,7 @@ class BlockPool:
         if num_blocks < 1:
             raise ValueError("a block pool needs at least one block")
         self.num_blocks = num_blocks
-        # Stack of free ids; popping from the end hands out low ids first.
+        # Stack of free ids: allocation pops from the end (ids in ascending order at first).
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
         self._free_set: set[int] = set(self._free)
         self.tables: dict[int, list[int]] = {}
@@ -77,7 +77,8 @@ class BlockPool:
             twice = sorted(self._free_set.intersection(table))
             raise KVCacheError(f"blocks {twice[:8]} freed twice (owner {owner})")
         self._free_set.update(table)
-        # Freed blocks go on top of the stack in reverse so low ids are reused first.
+        # Freed blocks go back on top of the stack: the most recently freed are reused
+        # first.
         self._free.extend(reversed(table))
         return len(table)
 
