@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -31,6 +31,8 @@ from pdsim.perf.architecture import (
     state_bytes_per_layer,
 )
 from pdsim.perf.hardware import HardwareSpec
+
+_M = TypeVar("_M", bound=BaseModel)
 
 _PACKAGE = "pdsim"
 
@@ -80,20 +82,26 @@ def _load_named(kind: str, name: str) -> Any:
     return _validate(cls, data, f"pdsim/data/{kind}/{name}.yaml")
 
 
+def _resolve(kind: str, cls: type[_M], value: str | _M | Mapping[str, Any],
+             path: str) -> _M:
+    """A shipped profile of ``kind`` by name, the given model, or a mapping validated."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        _check_name(kind, value, path)
+        named: _M = _load_named(kind, value)
+        return named
+    out: _M = _validate(cls, dict(value), path)
+    return out
+
+
 def load_hardware(name_or_spec: str | HardwareSpec | Mapping[str, Any],
                   path: str = "step_time.hardware") -> HardwareSpec:
     """A hardware profile by shipped name, or the given spec (a mapping is validated).
 
     Raises ``ConfigError`` naming the shipped profiles when the name is unknown.
     """
-    if isinstance(name_or_spec, HardwareSpec):
-        return name_or_spec
-    if isinstance(name_or_spec, str):
-        _check_name("hardware", name_or_spec, path)
-        spec: HardwareSpec = _load_named("hardware", name_or_spec)
-        return spec
-    out: HardwareSpec = _validate(HardwareSpec, dict(name_or_spec), path)
-    return out
+    return _resolve("hardware", HardwareSpec, name_or_spec, path)
 
 
 def load_model_architecture(name_or_arch: str | ModelArchitecture | Mapping[str, Any],
@@ -102,14 +110,7 @@ def load_model_architecture(name_or_arch: str | ModelArchitecture | Mapping[str,
 
     Raises ``ConfigError`` naming the shipped profiles when the name is unknown.
     """
-    if isinstance(name_or_arch, ModelArchitecture):
-        return name_or_arch
-    if isinstance(name_or_arch, str):
-        _check_name("models", name_or_arch, path)
-        arch: ModelArchitecture = _load_named("models", name_or_arch)
-        return arch
-    out: ModelArchitecture = _validate(ModelArchitecture, dict(name_or_arch), path)
-    return out
+    return _resolve("models", ModelArchitecture, name_or_arch, path)
 
 
 def with_dtypes(arch: ModelArchitecture, *, weight_dtype: DType | None = None,
