@@ -6,11 +6,12 @@ stream's uniforms are the same; only the mechanism differs.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from pdsim.config import SimConfig
-from pdsim.loader import config_from_dict
+from pdsim.loader import apply_overrides, config_from_dict
 from pdsim.results import Results
 from pdsim.simulation import ProgressFn, simulate
 
@@ -79,15 +80,11 @@ class Comparison:
 
 
 def variant(cfg: SimConfig, **changes: Any) -> SimConfig:
-    """``cfg`` with dotted-path changes applied (validated again)."""
-    data = cfg.model_dump(mode="json")
-    for dotted, value in changes.items():
-        node = data
-        parts = dotted.split("__")
-        for p in parts[:-1]:
-            node = node[p]
-        node[parts[-1]] = value
-    return config_from_dict(data)
+    """``cfg`` with changes applied (``section__key=value`` for ``section.key``), validated
+    again; the same override mechanism as ``--set``."""
+    overrides = [f"{key.replace('__', '.')}={json.dumps(value)}"
+                 for key, value in changes.items()]
+    return config_from_dict(apply_overrides(cfg.model_dump(mode="json"), overrides))
 
 
 def compare(cfg: SimConfig, colocated: bool = False,

@@ -214,8 +214,7 @@ class Simulation:
         req.remote_tokens = min(remote, req.p_prompt_tokens)
         if req.remote_tokens == 0:
             p.release_pinned(req)
-            req.kv_params = None
-            req.tokens_recomputed_on_d = req.d_local_prefill_tokens = req.prompt_tokens
+            req.recompute_prompt_on_d()
         else:
             lease = self.env.timeout(self.config.connector.kv_lease_s)
             lease.callbacks.append(functools.partial(self._on_lease, req, p))
@@ -346,28 +345,10 @@ class Simulation:
             elif cfg.outage_policy == "retry" and req.attempts < cfg.max_retries:
                 req.attempts += 1
                 self.faults.counts["retries"] += 1
-                self._reset_for_retry(req)
+                req.start_attempt()
                 self._dispatch(req)
             else:
                 self.fail(req, "instance_down")
-
-    @staticmethod
-    def _reset_for_retry(req: Request) -> None:
-        req.phase = Phase.WAITING
-        req.num_computed = 0
-        req.seq_tokens = req.prompt_tokens
-        req.kv_params = None
-        req.remote_tokens = 0
-        req.kv_from_remote = False
-        req.slot = -1
-        req.d_first_local = -1
-        req.final_chunk_tokens = 0
-        req.tokens_recomputed_on_d = 0
-        req.d_local_prefill_tokens = 0
-        for name in ("p_queued_s", "p_start_s", "p_end_s", "transfer_start_s",
-                     "transfer_end_s", "d_queued_s"):
-            setattr(req, name, math.nan)
-        req.kv_bytes = 0
 
     # -------------------------------------------------------------- terminal
 

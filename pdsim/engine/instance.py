@@ -181,12 +181,7 @@ class Instance:
             self.notify()
             return
         req.phase = Phase.WAITING
-        req.kv_from_remote = False
-        req.remote_tokens = 0
-        req.num_computed = 0
-        req.tokens_recomputed_on_d = req.prompt_tokens
-        req.d_local_prefill_tokens = req.prompt_tokens
-        req.kv_params = None
+        req.recompute_prompt_on_d()
         self.waiting.appendleft(req)
         self.notify()
 
@@ -304,11 +299,7 @@ class Instance:
         for req in reversed(self.waiting):
             if req.kv_from_remote and req is not keep and self.pool.held(req.id):
                 self.pool.free(req.id)
-                req.num_computed = 0
-                req.kv_from_remote = False
-                req.kv_params = None
-                req.tokens_recomputed_on_d = req.prompt_tokens
-                req.d_local_prefill_tokens = req.prompt_tokens
+                req.recompute_prompt_on_d()
                 req.num_preemptions += 1
                 self.preemptions += 1
                 return True

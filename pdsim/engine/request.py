@@ -95,34 +95,15 @@ class Request:
         self.hash_ids = hash_ids
         self.status = Status.IN_FLIGHT
         self.fail_reason: str | None = None
-        self.phase = Phase.WAITING
-        # working state on the current instance
-        self.seq_tokens = prompt_tokens  # tokens whose KV the instance must hold to sample
-        self.num_computed = 0
         self.num_output = 0
-        self.slot = -1
-        self.kv_params: KVTransferParams | None = None
         self.p_prompt_tokens = prompt_tokens
-        self.remote_tokens = 0
-        self.kv_from_remote = False
-        self.d_first_local = -1
-        self.final_chunk_tokens = 0
         self.prefix_hit_tokens = 0
         self.attempts = 0
-        # facts
         self.p_instance = ""
         self.d_instance = ""
-        self.p_queued_s = NAN
-        self.p_start_s = NAN
-        self.p_end_s = NAN
-        self.transfer_start_s = NAN
-        self.transfer_end_s = NAN
-        self.d_queued_s = NAN
         self.first_token_s = NAN
         self.finish_s = NAN
-        self.kv_bytes = 0
-        self.tokens_recomputed_on_d = 0
-        self.d_local_prefill_tokens = 0
+        self.start_attempt()
         self.num_preemptions = 0
         self.p_preemptions = 0
         self.segments: list[list[int]] = []
@@ -130,6 +111,38 @@ class Request:
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         self.accepted_per_pos = np.zeros(num_spec, dtype=np.int64)
+
+    def start_attempt(self) -> None:
+        """Clear the working state and the per-hop facts: the request (again) starts at
+        the proxy, before P (on creation, and on a retry after an outage)."""
+        self.kv_params: KVTransferParams | None = None
+        self.phase = Phase.WAITING
+        self.seq_tokens = self.prompt_tokens  # tokens whose KV the instance must hold
+        self.num_computed = 0
+        self.slot = -1
+        self.remote_tokens = 0
+        self.kv_from_remote = False
+        self.d_first_local = -1
+        self.final_chunk_tokens = 0
+        self.p_queued_s = NAN
+        self.p_start_s = NAN
+        self.p_end_s = NAN
+        self.transfer_start_s = NAN
+        self.transfer_end_s = NAN
+        self.d_queued_s = NAN
+        self.kv_bytes = 0
+        self.tokens_recomputed_on_d = 0
+        self.d_local_prefill_tokens = 0
+
+    def recompute_prompt_on_d(self) -> None:
+        """D computes the whole prompt itself: no remote KV (none to load, the load
+        failed, or D gave the landed blocks back)."""
+        self.num_computed = 0
+        self.remote_tokens = 0
+        self.kv_from_remote = False
+        self.kv_params = None
+        self.tokens_recomputed_on_d = self.prompt_tokens
+        self.d_local_prefill_tokens = self.prompt_tokens
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"Request({self.id}, {self.phase.value}, computed={self.num_computed}/"
