@@ -293,8 +293,8 @@ def _check_spec(sim: Simulation, who: str, drafts: int, draft_tokens: int, accep
 
 
 def _check_counters(sim: Simulation, req: Request) -> None:
-    if req.num_output > req.max_tokens:
-        _fail(sim, f"request {req.id} emitted {req.num_output} > max_tokens {req.max_tokens}")
+    if req.num_output > req.output_target:
+        _fail(sim, f"request {req.id} emitted {req.num_output} > its target {req.output_target}")
     per_pos = [int(x) for x in req.accepted_per_pos]
     _check_spec(sim, f"request {req.id}", req.num_drafts, req.num_draft_tokens,
                 req.num_accepted_tokens, per_pos)

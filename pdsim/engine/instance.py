@@ -521,7 +521,7 @@ class Instance:
         req.num_output += 1
         if math.isnan(req.first_token_s):
             req.first_token_s = now
-        if req.num_output >= req.max_tokens:
+        if req.num_output >= req.output_target:
             req.segments.append([self.index, step, step])
             self.running.remove(req)
             self.pool.free(req.id)
@@ -538,7 +538,7 @@ class Instance:
         self.req_of_slot[s] = req
         self.ctx[s] = req.seq_tokens
         self.out[s] = req.num_output
-        self.tgt[s] = req.max_tokens
+        self.tgt[s] = req.output_target
         self.blocks[s] = self.pool.held(req.id)
         self.seg_first[s] = step
         self.n_drafts[s] = 0

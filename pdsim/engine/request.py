@@ -58,7 +58,6 @@ class Request:
         "kv_bytes",
         "kv_from_remote",
         "kv_params",
-        "max_tokens",
         "num_accepted_tokens",
         "num_computed",
         "num_draft_tokens",
@@ -91,7 +90,6 @@ class Request:
         self.arrival_s = arrival_s
         self.prompt_tokens = prompt_tokens
         self.output_target = output_tokens
-        self.max_tokens = output_tokens
         self.hash_ids = hash_ids
         self.status = Status.IN_FLIGHT
         self.fail_reason: str | None = None
@@ -146,4 +144,4 @@ class Request:
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"Request({self.id}, {self.phase.value}, computed={self.num_computed}/"
-                f"{self.seq_tokens}, out={self.num_output}/{self.max_tokens})")
+                f"{self.seq_tokens}, out={self.num_output}/{self.output_target})")
