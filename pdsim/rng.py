@@ -37,7 +37,56 @@ class RandomStreams:
             self._cache[name] = gen
         return gen
 
+    def key(self, name: str) -> int:
+        """A 64-bit key of stream ``name`` for counter-based draws (``counter_uniforms``)."""
+        seq = np.random.SeedSequence(entropy=self.seed, spawn_key=(stream_key(name),))
+        return int(seq.generate_state(1, dtype=np.uint64)[0])
+
     def fresh(self, name: str) -> np.random.Generator:
         """A new generator of stream ``name`` positioned at its start."""
         seq = np.random.SeedSequence(entropy=self.seed, spawn_key=(stream_key(name),))
         return np.random.Generator(np.random.PCG64(seq))
+
+
+# ----------------------------------------------------------- counter-based draws
+
+_MASK64 = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's Weyl increment (2^64 / golden ratio)
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+
+
+def splitmix64(x: int) -> int:
+    """SplitMix64's finalizer of a 64-bit integer (a bijection with full avalanche)."""
+    z = x & _MASK64
+    z = ((z ^ (z >> 30)) * _M1) & _MASK64
+    z = ((z ^ (z >> 27)) * _M2) & _MASK64
+    return z ^ (z >> 31)
+
+
+def counter_key(stream: int, index: int) -> int:
+    """The 64-bit key of item ``index`` (a request id, say) of a keyed stream."""
+    return splitmix64((stream + (index + 1) * _GAMMA) & _MASK64)
+
+
+def counter_uniforms(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """Uniforms in [0, 1) that depend only on (key, counter): draw ``counter`` of the
+    item with ``key`` is the ``counter``-th output of SplitMix64 seeded with ``key``.
+
+    ``keys`` and ``counters`` broadcast against each other (uint64 / int64 arrays). No
+    state is consumed, so who draws first, or how draws are batched, never changes a
+    value: each request's acceptance sequence is the same in a decode run and step by
+    step, and across configurations that schedule it differently (paired comparisons).
+    """
+    z = counters.astype(np.uint64) + np.uint64(1)
+    z *= np.uint64(_GAMMA)
+    z = z + keys
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(_M1)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(_M2)
+    z ^= z >> np.uint64(31)
+    z >>= np.uint64(11)
+    u: np.ndarray = z.astype(np.float64)
+    u *= 2.0 ** -53
+    return u

@@ -38,7 +38,7 @@ class Simulation:
         self.specs = requests if requests is not None else generate_requests(
             config.workload, self.streams)
         self.acceptance_sampler = AcceptanceSampler(config.conditional_acceptance,
-                                                    self.streams.get("acceptance"))
+                                                    self.streams.key("acceptance"))
         self.provenance_rng = self.streams.get("provenance")
         self.router = make_router(config.router.policy, self.streams.get("routing"))
         self.connector = ConnectorScheduler(config)

@@ -6,6 +6,7 @@ shared ``num_prefill_lookahead_tokens`` from the config; none derives lookahead 
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -89,7 +90,7 @@ def prefill_backoff(cfg: SimConfig) -> int:
 @dataclass(slots=True)
 class _Flow:
     tid: int
-    remaining_bytes: float
+    finish_tag: float  # the link's service count at which its last byte lands
     on_done: Callable[[float], None]
     started_s: float
 
@@ -98,14 +99,21 @@ class _Flow:
 class Link:
     """One P->D link; active transfers share its bandwidth equally (processor sharing).
 
-    ``bandwidth_bytes_per_s`` may be changed at any time through ``set_bandwidth`` (link
-    degradation); progress up to that moment is kept.
+    Every active flow receives the same service, so the link keeps one counter, the bytes
+    each active flow has received since the link started (``_service``), and a flow with
+    ``b`` bytes to move that starts when the counter reads ``s`` finishes when it reads
+    ``s + b``: a heap of those finish tags gives the next completion, and an event costs
+    O(log flows) instead of touching every flow. ``bandwidth_bytes_per_s`` may be changed
+    at any time through ``set_bandwidth`` (link degradation); progress up to that moment
+    is kept.
     """
 
     env: simpy.Environment
     name: str
     bandwidth_bytes_per_s: float
     _flows: dict[int, _Flow] = field(default_factory=dict)
+    _tags: list[tuple[float, int]] = field(default_factory=list)  # heap; may hold cancelled
+    _service: float = 0.0
     _last_s: float = 0.0
     _gen: int = 0
     next_done_s: float = math.inf  # when the next flow on this link completes
@@ -117,10 +125,16 @@ class Link:
     def active(self) -> int:
         return len(self._flows)
 
+    def remaining_bytes(self, tid: int) -> float:
+        """Bytes transfer ``tid`` still has to move (as of the last event)."""
+        return self._flows[tid].finish_tag - self._service
+
     def start(self, tid: int, nbytes: float, on_done: Callable[[float], None]) -> None:
         """Begin moving ``nbytes``; ``on_done(now)`` is called when the last byte lands."""
         self._advance()
-        self._flows[tid] = _Flow(tid, float(nbytes), on_done, self.env.now)
+        tag = self._service + float(nbytes)
+        self._flows[tid] = _Flow(tid, tag, on_done, self.env.now)
+        heapq.heappush(self._tags, (tag, tid))
         self._reschedule()
 
     def cancel(self, tid: int) -> bool:
@@ -139,27 +153,36 @@ class Link:
         now = self.env.now
         dt = now - self._last_s
         if dt > 0 and self._flows:
-            share = self.bandwidth_bytes_per_s / len(self._flows)
-            moved = share * dt
-            for f in self._flows.values():
-                f.remaining_bytes -= moved
-            self.bytes_moved += moved * len(self._flows)
+            self._service += self.bandwidth_bytes_per_s / len(self._flows) * dt
+            self.bytes_moved += self.bandwidth_bytes_per_s * dt
             self.busy_s += dt
         self._last_s = now
+
+    def _head(self) -> tuple[float, int] | None:
+        """The earliest finish tag of an active flow (dropping cancelled entries)."""
+        tags, flows = self._tags, self._flows
+        while tags:
+            tag, tid = tags[0]
+            flow = flows.get(tid)
+            if flow is not None and flow.finish_tag == tag:
+                return tag, tid
+            heapq.heappop(tags)
+        return None
 
     def _reschedule(self) -> None:
         self._gen += 1
         self.samples.append((self.env.now, self.bandwidth_bytes_per_s if self._flows else 0.0))
-        if not self._flows:
+        head = self._head()
+        if head is None:
             self.next_done_s = math.inf
             return
         gen = self._gen
-        first = min(self._flows.values(), key=lambda f: (f.remaining_bytes, f.tid))
+        tag, tid = head
         share = self.bandwidth_bytes_per_s / len(self._flows)
-        delay = max(0.0, first.remaining_bytes) / share
+        delay = max(0.0, tag - self._service) / share
         self.next_done_s = self.env.now + delay
         ev = self.env.timeout(delay)
-        ev.callbacks.append(lambda _e: self._on_timer(gen, first.tid))
+        ev.callbacks.append(lambda _e: self._on_timer(gen, tid))
 
     def _on_timer(self, gen: int, tid: int) -> None:
         if gen != self._gen:
@@ -167,10 +190,12 @@ class Link:
         self._advance()
         # The flow the timer was set for is done whatever float rounding left of it; any
         # other flow within a byte of done finishes with it.
-        done = [f for f in self._flows.values() if f.tid == tid or f.remaining_bytes < 1.0]
+        done = []
+        while (head := self._head()) is not None and (
+                head[1] == tid or head[0] - self._service < 1.0):
+            heapq.heappop(self._tags)
+            done.append(self._flows.pop(head[1]))
         done.sort(key=lambda f: f.tid)
-        for f in done:
-            del self._flows[f.tid]
         self._reschedule()
         now = self.env.now
         for f in done:

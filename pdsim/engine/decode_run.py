@@ -7,6 +7,7 @@ few (steps x rows) array operations instead of one SimPy event each.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,9 +29,10 @@ def decode_run(inst: Instance) -> float:
     steps (no re-prefill cache short of entries, no decaying stale weights) and enough
     free blocks for every step. Within those bounds the steps are exactly the ones the
     step-by-step loop would take, computed with a few (steps x rows) array operations.
-    Acceptance uniforms are drawn for the whole window, so a run differs from a
-    step-by-step one in which uniform each step sees, never in the model. The queue
-    depths logged for the steps of a run are those at its start.
+
+    Acceptance draws are counter-based per request (``AcceptanceSampler``), so the steps of
+    a run see exactly the draws the same steps taken one by one would. The queue depths
+    logged for the steps of a run are those at its start.
     """
     k = inst.k
     full = k >= inst.max_num_seqs
@@ -49,33 +51,38 @@ def decode_run(inst: Instance) -> float:
         return 0.0
     # enough steps to reach the horizon at the last step's pace, within the cap
     pace = horizon / max(inst._last_dt, 1e-9)
-    K = inst.max_run_steps if pace >= inst.max_run_steps else max(1, int(pace) + 2)
+    K = inst.max_run_steps if pace >= inst.max_run_steps - 2 else max(1, int(pace) + 2)
     q = 1 + n
+    steps = inst._run_steps[:K]
     if n:
         rates = None
         if has_stale:
             rates = inst.cond * np.exp(-inst.beta * stale[:, inst.module_of_pos])
-        a = inst.sampler.draw_steps(K, k, rates)
+        a = inst.sampler.draw_steps(K, inst.akey[:k], inst.adraw[:k] + inst.n_drafts[:k],
+                                    rates)
         e = a + 1
     else:
         a = None
         e = np.ones((K, k), dtype=np.int64)
-    cum = np.cumsum(e, axis=0)
+    cum = e.cumsum(axis=0)  # tokens each row has emitted after step j
     out0 = inst.out[:k]
     tgt = inst.tgt[:k]
-    fin = (out0 + cum) >= tgt
-    fstep = np.where(fin.any(axis=0), fin.argmax(axis=0), K)  # step each row finishes
-    steps = np.arange(K)[:, None]
+    # cum rises every step: the steps before a row's finishing step are those with
+    # cum < remaining, so their count is the finishing step (K if none in the window)
+    fstep = (cum < tgt - out0).sum(axis=0)
     act = steps <= fstep  # row r decodes in step j
-    ctx_start = inst.ctx[:k] + cum - e
+    ctx_start = cum - e
+    ctx_start += inst.ctx[:k]
     k_j = act.sum(axis=1)
     ctx_sum = (ctx_start * act).sum(axis=1)
-    if n:
+    repair = np.zeros(K, dtype=np.int64)
+    if inst.multi_module:
         assert a is not None
-        prev = np.vstack((inst.prev_rej[:k][None, :], n - a[:-1]))
-        repair = (np.maximum(prev - 1, 0) * act).sum(axis=1)
-    else:
-        repair = np.zeros(K, dtype=np.int64)
+        # multi-module MTP's standalone repair: the drafter re-prefills the positions the
+        # previous step rejected, bar one
+        repair[0] = np.maximum(inst.prev_rej[:k] - 1, 0).sum()
+        if K > 1:
+            repair[1:] = (np.maximum(n - 1 - a[:-1], 0) * act[1:]).sum(axis=1)
     # Finishes inside a run are applied when the run is committed, at their exact
     # times, when nobody can observe them early (open loop, no load-reading router,
     # nothing waiting to take the freed place). Otherwise the run ends with the step
@@ -83,21 +90,28 @@ def decode_run(inst: Instance) -> float:
     cut = full or bool(inst.waiting) or not inst.sim.early_finish_ok
     # never past the step in which the last row finishes: no empty steps
     limit = min(K, int(fstep.min() if cut else fstep.max()) + 1)
-    # blocks each row holds at the start of step j, never less than now
+    # blocks each row holds at the start of step j, never less than now (a finished row
+    # keeps its last count): non-decreasing in j, so one check finds the first shortage
     held0 = inst.blocks[:k]
-    need = np.maximum.accumulate(
-        np.maximum(inst.layout.blocks_for_array(ctx_start + q), held0) * act, axis=0)
-    short = np.flatnonzero((need - held0).sum(axis=1) > inst.pool.num_free)
-    if len(short):
-        limit = min(limit, int(short[0]))
+    need = inst.layout.blocks_for_array(ctx_start + q)
+    np.maximum(need, held0, out=need)
+    need *= act
+    np.maximum.accumulate(need, axis=0, out=need)
+    need_total = need.sum(axis=1)
+    capacity = inst.pool.num_free + int(held0.sum())
+    if need_total[limit - 1] > capacity:
+        limit = int(np.searchsorted(need_total, capacity, side="right"))
+        if limit == 0:
+            return 0.0
     dts = decode_step_times_s(inst.step_model, k_j[:limit], k_j[:limit] * q,
                               ctx_sum[:limit], repair[:limit])
-    ends_a = np.cumsum(dts)
+    ends_a = dts.cumsum()
     # steps that start before the horizon; a step in progress when a scheduled fault
     # strikes must stay undone until then, so none may end after one
+    m = int(np.searchsorted(ends_a - dts, horizon, side="left"))
     fault_in = inst.sim.faults.next_scheduled_after(env.now) - env.now
-    m = min(int(np.searchsorted(ends_a - dts, horizon, side="left")),
-            int(np.searchsorted(ends_a, fault_in, side="right")))
+    if fault_in < math.inf:
+        m = min(m, int(np.searchsorted(ends_a, fault_in, side="right")))
     if m == 0:
         return 0.0
     ends_a = ends_a[:m]
@@ -106,50 +120,51 @@ def decode_run(inst: Instance) -> float:
     # commit m steps
     t0 = env.now
     base = len(inst.step_end_s)
-    done_in = fstep < m
     last = np.minimum(fstep, m - 1)  # last step each row takes part in
-    cols = np.arange(k)
+    cols = inst._run_rows[:k]
     emitted = cum[last, cols]
-    mact = act[:m]
-    taken = last + 1
     np.minimum(out0 + emitted, tgt, out=out0)
     inst.ctx[:k] += emitted
     if n:
         assert a is not None
-        am = a[:m] * mact
-        inst.n_drafts[:k] += taken
-        inst.n_acc[:k] += am.sum(axis=0)
-        inst.acc_pos[:k] += (am[:, :, None] > inst._arange_n).sum(axis=0)
-        inst.prev_rej[:k] = n - a[last, cols]
+        am = a[:m] * act[:m]
+        per_pos = (am[:, :, None] > inst._arange_n).sum(axis=0)
+        inst.n_drafts[:k] += last + 1
+        inst.n_acc[:k] += per_pos.sum(axis=1)
+        inst.acc_pos[:k] += per_pos
+        if inst.multi_module:
+            inst.prev_rej[:k] = n - a[last, cols]
     final_need = need[last, cols]
-    for s in np.flatnonzero(final_need > held0).tolist():
-        req = inst.req_of_slot[s]
-        assert req is not None
-        extra = int(final_need[s] - held0[s])
-        inst.pool.allocate(req.id, extra)
-        held0[s] += extra
+    grow = np.flatnonzero(final_need > held0)
+    if len(grow):
+        slots = inst.req_of_slot
+        owners = [slots[s].id for s in grow.tolist()]  # type: ignore[union-attr]
+        ok = inst.pool.allocate_many(owners, (final_need[grow] - held0[grow]).tolist())
+        assert ok, "a decode run outgrew the free blocks it checked"
+        held0[grow] = final_need[grow]
     # per-step log: KV blocks in use and running requests after each step
     alive = steps[:m] < fstep  # still running after step j
     other = inst.pool.num_used - int(held0.sum())
-    kv_used = other + (need[:m] * alive).sum(axis=1)
-    running_after = len(inst.running) - (~alive).sum(axis=1)
     log = np.empty((m, 8))
-    log[:, 1] = t0 + ends_a
+    log[:, 1] = ends_a
+    log[:, 1] += t0
     log[0, 0] = t0
     log[1:, 0] = log[:-1, 1]
     log[:, 2] = 0
     log[:, 3] = k_j[:m]
-    log[:, 4] = kv_used
-    log[:, 5] = running_after
+    log[:, 4] = (need[:m] * alive).sum(axis=1)
+    log[:, 4] += other
+    log[:, 5] = alive.sum(axis=1)
+    log[:, 5] += len(inst.running) - k
     log[:, 6] = len(inst.waiting)
     log[:, 7] = len(inst.receiving)
     inst.step_end_s.frombytes(log[:, 1].tobytes())
     inst.step_log.frombytes(log.tobytes())
+    done_in = np.flatnonzero(fstep < m)
     if cut:
-        inst._pending = [(inst.req_of_slot[s], base + m - 1)
-                         for s in np.flatnonzero(done_in).tolist()]
+        inst._pending = [(inst.req_of_slot[s], base + m - 1) for s in done_in.tolist()]
     else:
-        for s in np.flatnonzero(done_in)[::-1].tolist():
+        for s in done_in[::-1].tolist():
             f = int(fstep[s])
             inst._finish_row(s, base + f, t0 + ends[f])
     return float(ends[-1])

@@ -100,10 +100,14 @@ class Instance:
         self.n_acc = np.zeros(s, dtype=np.int64)
         self.acc_pos = np.zeros((s, n), dtype=np.int64)
         self.prev_rej = np.zeros(s, dtype=np.int64)
+        # acceptance draws: the request's key, and its verifications before this slot
+        self.akey = np.zeros(s, dtype=np.uint64)
+        self.adraw = np.zeros(s, dtype=np.int64)
         self.cache_valid = np.zeros(s, dtype=np.int64)
         self.stale = np.zeros((s, max(1, self.num_modules)), dtype=np.float64)
         self._rows = (self.ctx, self.out, self.tgt, self.blocks, self.seg_first, self.n_drafts,
-                      self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale)
+                      self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale,
+                      self.akey, self.adraw)
         self._arange_n = np.arange(n)
 
         # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
@@ -124,6 +128,8 @@ class Instance:
         self.epoch = 0  # bumped when the instance goes down, voiding the step in progress
         self._pending: list[tuple[Request | None, int]] = []
         self.max_run_steps = 64  # decode steps one vectorized run may take
+        self._run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
+        self._run_rows = np.arange(s)
         self._last_dt = 0.01  # recent decode step time, to size a run
         self.step_end_at = math.inf  # end of the step in progress (inf when idle)
         self.pending_setup_s: list[float] = []  # inbound transfers still in setup
@@ -239,9 +245,21 @@ class Instance:
     # ------------------------------------------------------------------- loop
 
     def run(self) -> Generator[simpy.Event, object, None]:
-        """The engine loop (a SimPy process)."""
+        """The engine loop (a SimPy process).
+
+        Pure-decode stretches run as vectorized decode runs: when nothing external can
+        happen before the horizon, the steps up to then are computed in one pass and
+        simulated time catches up afterwards. That is tried before scheduling (nothing
+        new to schedule) and again when the scheduler plans a pure-decode step (its
+        step is the run's first).
+        """
         env = self.env
         while True:
+            if self.k and self.up:
+                ahead = self._decode_run()
+                if ahead > 0:
+                    yield from self._run_ahead(ahead)
+                    continue
             plan = (self._schedule() if self.up and (self.waiting or self.running)
                     else None)
             if plan is None and self._unblock_waiting():
@@ -252,6 +270,11 @@ class Instance:
                 yield self._wake
                 self._wake = None
                 continue
+            if not plan.chunks:
+                ahead = self._decode_run()
+                if ahead > 0:
+                    yield from self._run_ahead(ahead)
+                    continue
             dt = self.step_model.step_time_s(plan.batch)
             self._last_dt = dt
             start = env.now
@@ -262,17 +285,15 @@ class Instance:
                 continue  # the instance went down during the step: its work is lost
             self.busy_s += dt
             self._complete(plan, start)
-            if not plan.chunks and self.k:
-                # Nothing external can happen before env.peek(): run the decode steps up
-                # to then in one vectorized pass, then let simulated time catch up.
-                ahead = self._decode_run()
-                if ahead > 0:
-                    self.busy_s += ahead
-                    self.step_end_at = env.now + ahead
-                    epoch = self.epoch
-                    yield env.timeout(ahead)
-                    if epoch == self.epoch:
-                        self._finish_pending()
+
+    def _run_ahead(self, ahead_s: float) -> Generator[simpy.Event, object, None]:
+        """Let simulated time catch up with a committed decode run."""
+        self.busy_s += ahead_s
+        self.step_end_at = self.env.now + ahead_s
+        epoch = self.epoch
+        yield self.env.timeout(ahead_s)
+        if epoch == self.epoch:
+            self._finish_pending()
 
     # --------------------------------------------------------------- schedule
 
@@ -542,6 +563,8 @@ class Instance:
         self.blocks[s] = self.pool.held(req.id)
         self.seg_first[s] = step
         self.n_drafts[s] = 0
+        self.akey[s] = self.sampler.request_key(req.id)
+        self.adraw[s] = req.num_drafts
         self.n_acc[s] = 0
         self.acc_pos[s] = 0
         self.prev_rej[s] = 0  # the step that ends a prefill rejected nothing
@@ -599,7 +622,7 @@ class Instance:
             stale = self.stale[:k]
             if stale.any():
                 rates = self.cond * np.exp(-self.beta * stale[:, self.module_of_pos])
-            a = self.sampler.draw(k, rates)
+            a = self.sampler.draw(self.akey[:k], self.adraw[:k] + self.n_drafts[:k], rates)
             emitted = a + 1
             self.n_drafts[:k] += 1
             self.n_acc[:k] += a

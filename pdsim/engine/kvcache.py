@@ -20,12 +20,15 @@ class KVCacheError(RuntimeError):
 class BlockPool:
     """A fixed pool of ``num_blocks`` KV blocks handed out by id.
 
-    Each owner (a request id) holds an ordered block table. Invariants (checked by
-    ``check()``): used + free == total; every block is owned by at most one table; a block
-    is never freed twice.
+    Each owner (a request id) holds an ordered block table. Invariants (checked in full
+    by ``check()``, which the invariant checker runs after every event): used + free ==
+    total; every block is owned by at most one table and never both owned and free.
+    The hot paths keep only a count of owned blocks next to the free stack, so
+    ``free`` catches a double free whenever it would return more blocks than are owned;
+    ``check()`` catches every one.
     """
 
-    __slots__ = ("_free", "_free_set", "num_blocks", "tables")
+    __slots__ = ("_free", "_owned", "num_blocks", "tables")
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 1:
@@ -33,7 +36,7 @@ class BlockPool:
         self.num_blocks = num_blocks
         # Stack of free ids: allocation pops from the end (ids in ascending order at first).
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
-        self._free_set: set[int] = set(self._free)
+        self._owned = 0  # blocks in tables, as counted by allocate and free
         self.tables: dict[int, list[int]] = {}
 
     @property
@@ -55,12 +58,12 @@ class BlockPool:
             if owner not in self.tables:
                 self.tables[owner] = []
             return True
-        if n > len(self._free):
-            return False
         free = self._free
+        if n > len(free):
+            return False
         got = free[-n:]
         del free[-n:]
-        self._free_set.difference_update(got)
+        self._owned += n
         table = self.tables.get(owner)
         if table is None:
             self.tables[owner] = got
@@ -68,32 +71,64 @@ class BlockPool:
             table.extend(got)
         return True
 
+    def allocate_many(self, owners: list[int], counts: list[int]) -> bool:
+        """``allocate(owner, n)`` for each pair, all or nothing (False: no change).
+
+        One pass over the free stack for a batch of growing requests."""
+        total = sum(n for n in counts if n > 0)
+        free = self._free
+        if total > len(free):
+            return False
+        got = free[len(free) - total:]
+        del free[len(free) - total:]
+        self._owned += total
+        tables = self.tables
+        i = 0
+        for owner, n in zip(owners, counts, strict=True):
+            table = tables.get(owner)
+            if n <= 0:
+                if table is None:
+                    tables[owner] = []
+                continue
+            if table is None:
+                tables[owner] = got[i:i + n]
+            else:
+                table.extend(got[i:i + n])
+            i += n
+        return True
+
     def free(self, owner: int) -> int:
         """Return all of ``owner``'s blocks to the pool; the number freed."""
         table = self.tables.pop(owner, None)
         if table is None:
             return 0
-        if not self._free_set.isdisjoint(table):
-            twice = sorted(self._free_set.intersection(table))
+        n = len(table)
+        if n > self._owned:
+            twice = sorted(set(self._free).intersection(table))
+            self.tables[owner] = table
             raise KVCacheError(f"blocks {twice[:8]} freed twice (owner {owner})")
-        self._free_set.update(table)
+        self._owned -= n
         # Freed blocks go back on top of the stack: the most recently freed are reused
         # first.
         self._free.extend(reversed(table))
-        return len(table)
+        return n
 
     def check(self) -> None:
         """Raise ``KVCacheError`` if an invariant does not hold."""
         owned = [b for t in self.tables.values() for b in t]
         if len(owned) != len(set(owned)):
             raise KVCacheError("a block is in two block tables")
-        if set(owned) & self._free_set:
+        free = set(self._free)
+        if len(free) != len(self._free):
+            raise KVCacheError("free list holds a block twice")
+        if set(owned) & free:
             raise KVCacheError("a block is both owned and free")
         if len(owned) + len(self._free) != self.num_blocks:
             raise KVCacheError(f"used {len(owned)} + free {len(self._free)} != "
                                f"total {self.num_blocks}")
-        if len(self._free) != len(self._free_set):
-            raise KVCacheError("free list holds a block twice")
+        if len(owned) != self._owned:
+            raise KVCacheError(f"tables hold {len(owned)} blocks, the pool counted "
+                               f"{self._owned}")
 
 
 @dataclass(frozen=True)

@@ -43,20 +43,22 @@ class SimpleStepTime:
     def decode_step_times_s(self, decode_requests: np.ndarray, decode_tokens: np.ndarray,
                             decode_context_tokens: np.ndarray,
                             drafter_repair_tokens: np.ndarray) -> np.ndarray:
-        """``step_time_s`` of pure-decode steps, vectorized (the same arithmetic, in the
-        same order, so the results are identical)."""
+        """``step_time_s`` of pure-decode steps, vectorized (the same terms, in the
+        same order, so the results agree to the last bit)."""
         c = self._c
-        reqs = decode_requests.astype(np.float64)
-        t = c.overhead_s + np.maximum(c.weights_floor_s, decode_tokens * c.per_token_s)
-        t = t + decode_context_tokens * c.per_context_token_s
-        t = t + 0.0 * c.per_attention_pair_s
-        draft_cost = c.per_token_s * c.drafter_token_cost_ratio
+        t = decode_tokens * c.per_token_s
+        np.maximum(t, c.weights_floor_s, out=t)
+        t += c.overhead_s
+        t += decode_context_tokens * c.per_context_token_s
         if self._draft_passes_decode:
-            per_pass = np.maximum(c.drafter_floor_s, reqs * draft_cost)
-            t = t + np.where(reqs > 0, self._draft_passes_decode * per_pass, 0.0)
-        if self._draft_modules_prefill:
-            work = drafter_repair_tokens.astype(np.float64)
-            extra = self._draft_modules_prefill * np.maximum(c.drafter_floor_s,
-                                                             work * draft_cost)
-            t = t + np.where(work > 0, extra, 0.0)
+            per_pass = decode_requests * (c.per_token_s * c.drafter_token_cost_ratio)
+            np.maximum(per_pass, c.drafter_floor_s, out=per_pass)
+            per_pass *= self._draft_passes_decode
+            t += np.where(decode_requests > 0, per_pass, 0.0)
+        if self._draft_modules_prefill and drafter_repair_tokens.any():
+            draft_cost = c.per_token_s * c.drafter_token_cost_ratio
+            work = drafter_repair_tokens * draft_cost
+            np.maximum(work, c.drafter_floor_s, out=work)
+            work *= self._draft_modules_prefill
+            t += np.where(drafter_repair_tokens > 0, work, 0.0)
         return t

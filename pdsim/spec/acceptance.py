@@ -2,65 +2,76 @@
 
 A request with N drafts accepts a prefix of length ``a`` in [0, N] and emits ``a + 1``
 tokens. Draft i is accepted with its conditional probability given drafts 0..i-1 were,
-possibly lowered by stale KV in the module that drafted it. Uniforms are drawn from the
-``acceptance`` stream in blocks, so a step costs a few vectorized numpy operations.
+possibly lowered by stale KV in the module that drafted it, so
+``P(a >= i + 1) = c_0 * ... * c_i`` (the survival function). ``a`` is drawn by inversion
+from one uniform per request and verification, ``a = #{i : u < P(a >= i + 1)}``, which
+has exactly that distribution.
+
+The uniform of a request's t-th verification is a pure function of (request, t)
+(``pdsim.rng.counter_uniforms`` on the ``acceptance`` stream's key): no shared stream is
+consumed, so a decode run and the same steps one at a time see the same draws, and two
+configurations that schedule a request differently still give it the same luck.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from pdsim.rng import counter_key, counter_uniforms
+
 
 class AcceptanceSampler:
-    """Vectorized accepted-prefix draws for a batch."""
+    """Vectorized accepted-prefix draws, one counter-based uniform per request and step.
 
-    __slots__ = ("_block", "_block_rows", "_cond", "_n", "_pos", "_rng")
+    A request is identified by its key (``request_key(id)``) and a step by the request's
+    verification counter (how many verifications it has had before).
+    """
 
-    def __init__(self, conditional_rates: np.ndarray, rng: np.random.Generator,
-                 block_rows: int = 8192) -> None:
+    __slots__ = ("_cond", "_n", "_survival_asc", "stream_key")
+
+    def __init__(self, conditional_rates: np.ndarray, stream_key: int) -> None:
         self._cond = np.asarray(conditional_rates, dtype=np.float64)
         self._n = len(self._cond)
-        self._rng = rng
-        self._block_rows = block_rows
-        self._block = np.empty((0, self._n))
-        self._pos = 0
+        # P(a >= i + 1), i = 0..N-1, is non-increasing; ascending for searchsorted
+        self._survival_asc = np.cumprod(self._cond)[::-1].copy()
+        self.stream_key = stream_key
 
     @property
     def num_drafts(self) -> int:
         return self._n
 
-    def _uniforms(self, k: int) -> np.ndarray:
-        if self._pos + k > len(self._block):
-            rows = max(self._block_rows, k)
-            rest = self._block[self._pos:]
-            self._block = np.concatenate((rest, self._rng.random((rows, self._n))))
-            self._pos = 0
-        u = self._block[self._pos:self._pos + k]
-        self._pos += k
-        return u
+    def request_key(self, request_id: int) -> int:
+        """The key of a request's acceptance draws."""
+        return counter_key(self.stream_key, request_id)
 
-    def draw(self, k: int, rates: np.ndarray | None = None) -> np.ndarray:
-        """Accepted prefix lengths of ``k`` requests (int64, each in [0, N]).
+    def _accepted(self, u: np.ndarray, rates: np.ndarray | None) -> np.ndarray:
+        if rates is None:
+            below: np.ndarray = np.searchsorted(self._survival_asc, u, side="right")
+            return self._n - below
+        survival = np.cumprod(rates, axis=-1)
+        accepted: np.ndarray = (u[..., None] < survival).sum(axis=-1)
+        return accepted
+
+    def draw(self, keys: np.ndarray, counters: np.ndarray,
+             rates: np.ndarray | None = None) -> np.ndarray:
+        """Accepted prefix lengths (int64, each in [0, N]) of the requests with ``keys``
+        (uint64) at their verification ``counters``.
 
         ``rates`` is a (k, N) matrix of per-request conditional rates; the clean rates are
         used when it is None.
         """
-        u = self._uniforms(k)
-        ok = u < (self._cond if rates is None else rates)
-        accepted: np.ndarray = np.logical_and.accumulate(ok, axis=1).sum(axis=1)
-        return accepted
+        return self._accepted(counter_uniforms(keys, counters), rates)
 
+    def draw_steps(self, steps: int, keys: np.ndarray, counters: np.ndarray,
+                   rates: np.ndarray | None = None) -> np.ndarray:
+        """Accepted prefix lengths (steps x k) for ``steps`` consecutive verifications of
+        the same k requests, from their ``counters`` on; ``rates`` as in ``draw``.
 
-    def draw_steps(self, steps: int, k: int, rates: np.ndarray | None = None) -> np.ndarray:
-        """Accepted prefix lengths for ``steps`` consecutive steps of the same ``k`` rows.
-
-        Consumes the uniforms in the order ``steps`` calls of ``draw(k, rates)`` would, so
-        a window of steps and the same steps one by one see the same draws.
+        Row j equals ``draw(keys, counters + j, rates)``.
         """
-        u = self._uniforms(steps * k).reshape(steps, k, self._n)
-        ok = u < (self._cond if rates is None else rates[None, :, :])
-        accepted: np.ndarray = np.logical_and.accumulate(ok, axis=2).sum(axis=2)
-        return accepted
+        step = np.arange(steps, dtype=np.int64)[:, None]
+        return self._accepted(counter_uniforms(keys[None, :], counters[None, :] + step),
+                              rates)
 
 
 def expected_tokens_per_step(conditional_rates: np.ndarray) -> float:

@@ -45,7 +45,7 @@ def test_expected_tokens_from_conditional_rates() -> None:
 @pytest.mark.parametrize(("rate", "n"), [(0.3, 1), (0.6, 3), (0.85, 8), (0.5, 5)])
 def test_sampler_matches_the_closed_form(rate: float, n: int) -> None:
     k = 200_000
-    s = AcceptanceSampler(np.full(n, rate), np.random.default_rng(7), block_rows=4096)
+    s = AcceptanceSampler(np.full(n, rate), np.random.default_rng(7), block_size=4096)
     a = np.concatenate([s.draw(1000) for _ in range(k // 1000)])
     assert a.dtype.kind == "i" and a.min() >= 0 and a.max() <= n
     emitted = a + 1
@@ -73,16 +73,62 @@ def test_sampler_edges_and_rate_matrix() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(sizes=st.lists(st.integers(0, 50), min_size=1, max_size=12),
-       block_rows=st.integers(1, 40), seed=st.integers(0, 2**16))
-def test_sampler_block_size_does_not_change_draws(sizes: list[int], block_rows: int,
+       block_size=st.integers(1, 40), seed=st.integers(0, 2**16))
+def test_sampler_block_size_does_not_change_draws(sizes: list[int], block_size: int,
                                                   seed: int) -> None:
     """Uniforms come from one stream in order: how draws are batched and how big the
     refill blocks are never changes which draws come out."""
     cond = np.array([0.7, 0.6, 0.5])
-    one = AcceptanceSampler(cond, np.random.default_rng(seed), block_rows=block_rows)
+    one = AcceptanceSampler(cond, np.random.default_rng(seed), block_size=block_size)
     got = np.concatenate([one.draw(k) for k in sizes])
-    ref = AcceptanceSampler(cond, np.random.default_rng(seed), block_rows=10_000)
+    ref = AcceptanceSampler(cond, np.random.default_rng(seed), block_size=10_000)
     np.testing.assert_array_equal(got, ref.draw(sum(sizes)))
+
+
+def test_per_request_rates_follow_their_own_distribution() -> None:
+    """A (k, N) rate matrix: each row's accepted prefix has P(a >= i+1) = c_0...c_i of
+    its own rates (the inversion draw agrees with accepting draft by draft)."""
+    rows = np.array([[0.9, 0.5, 0.8], [0.3, 0.9, 0.9], [0.95, 0.95, 0.1]])
+    s = AcceptanceSampler(np.full(3, 0.5), np.random.default_rng(3), block_size=4096)
+    trials = 60_000
+    a = s.draw_steps(trials, 3, rows)
+    assert a.shape == (trials, 3)
+    for r, rates in enumerate(rows):
+        survival = np.cumprod(rates)
+        for i in range(3):
+            p = survival[i]
+            got = (a[:, r] >= i + 1).mean()
+            assert abs(got - p) < Z * math.sqrt(p * (1 - p) / trials) + 1e-12
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.integers(1, 12), k=st.integers(1, 9), seed=st.integers(0, 2**16),
+       stale=st.booleans())
+def test_window_of_steps_equals_steps_one_by_one(steps: int, k: int, seed: int,
+                                                 stale: bool) -> None:
+    cond = np.array([0.8, 0.6, 0.4])
+    rates = np.random.default_rng(seed + 1).random((k, 3)) if stale else None
+    window = AcceptanceSampler(cond, np.random.default_rng(seed), block_size=7)
+    one = AcceptanceSampler(cond, np.random.default_rng(seed), block_size=7)
+    np.testing.assert_array_equal(window.draw_steps(steps, k, rates),
+                                  np.stack([one.draw(k, rates) for _ in range(steps)]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(taken=st.integers(0, 40), kept=st.integers(0, 40), seed=st.integers(0, 2**16))
+def test_unread_uniforms_are_the_next_ones_read(taken: int, kept: int, seed: int) -> None:
+    """A run that draws a window and commits only part of it gives the rest back: the
+    draws that follow are the ones a sampler that never drew them would make."""
+    kept = min(kept, taken)
+    cond = np.array([0.7, 0.5])
+    s = AcceptanceSampler(cond, np.random.default_rng(seed), block_size=16)
+    ref = AcceptanceSampler(cond, np.random.default_rng(seed), block_size=16)
+    first = s.draw(taken)
+    s.unread(taken - kept)
+    np.testing.assert_array_equal(first[:kept], ref.draw(kept))
+    np.testing.assert_array_equal(s.draw(30), ref.draw(30))
+    with pytest.raises(ValueError, match="unread"):
+        s.unread(10_000)
 
 
 # ------------------------------------------------------------ runs vs theory

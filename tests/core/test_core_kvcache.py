@@ -84,6 +84,15 @@ class PoolMachine(RuleBasedStateMachine):
         if ok:
             self.model[owner] = self.model.get(owner, 0) + n
 
+    @rule(grants=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 8)), max_size=4))
+    def allocate_many(self, grants: list[tuple[int, int]]) -> None:
+        free = 32 - sum(self.model.values())
+        ok = self.pool.allocate_many([o for o, _ in grants], [n for _, n in grants])
+        assert ok == (sum(n for _, n in grants) <= free)
+        if ok:
+            for owner, n in grants:
+                self.model[owner] = self.model.get(owner, 0) + n
+
     @precondition(lambda self: bool(self.model))
     @rule(data=st.data())
     def free(self, data: st.DataObject) -> None:
