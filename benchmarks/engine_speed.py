@@ -2,10 +2,11 @@
 
 The workload is the issue's speed target: ISL 8192 / OSL 1024, MTP-3 (configs/mtp3.yaml),
 1P1D, decode ``max_num_seqs`` 64, a prefill cost per token of 4 us (so one P keeps up),
-Poisson arrivals at ``--rate`` (8 req/s by default: just under what D decodes, so D's
-batch runs near its 64-request limit without the queue growing without bound),
-everything on (per-request records, summary, ITL distribution). Each
-point (requests, output length) runs in a fresh subprocess, one at a time:
+and a closed loop of 64 clients (``vllm bench serve --max-concurrency 64``), so D's batch
+runs close to its 64-request limit at every output length and no queue grows: the run
+is a steady serving state, not an overload. ``--rate R`` switches to open-loop Poisson
+arrivals instead. Everything is on (per-request records, summary, ITL distribution).
+Each point (requests, output length) runs in a fresh subprocess, one at a time:
 
 1. load the config, note the resident set (baseline: interpreter, numpy, pdsim);
 2. time ``pdsim.simulate(cfg)`` (request generation, the run, records and summary), wall
@@ -26,6 +27,7 @@ figures against the targets.
                                                            # OSL 256/4096 at 10k
     .venv/bin/python benchmarks/engine_speed.py --quick    # no 100k point
     .venv/bin/python benchmarks/engine_speed.py --full     # every N x OSL
+    .venv/bin/python benchmarks/engine_speed.py --rate 7   # open loop, Poisson 7 req/s
 """
 
 from __future__ import annotations
@@ -44,22 +46,29 @@ from typing import Any
 from _bench import RESULTS, ROOT, provenance
 
 PROMPT_TOKENS = 8192
-DEFAULT_RATE = 8.0
+DEFAULT_CONCURRENCY = 64
 TARGET_WALL_S = 2.0  # 10k requests at OSL 1024
 TARGET_PEAK_BYTES = 2**30  # 100k requests
 COLUMNS = ("num_requests", "output_tokens", "wall_s", "cpu_s", "requests_per_wall_s",
            "engine_steps", "bare_simpy_s", "ratio_to_bare_simpy", "cpu_ratio_to_bare_simpy",
            "peak_rss_mb",
-           "baseline_rss_mb", "d_mean_batch", "simulated_s", "completed")
+           "baseline_rss_mb", "d_mean_batch", "mean_ttft_s", "simulated_s", "completed")
 
 
-def overrides(num_requests: int, output_tokens: int, rate: float) -> list[str]:
+def arrivals(rate: float | None) -> str:
+    """The arrivals override: a closed loop of 64 clients, or Poisson at ``rate``."""
+    if rate is None:
+        return f"{{kind: closed_loop, concurrency: {DEFAULT_CONCURRENCY}}}"
+    return f"{{kind: poisson, rate_per_s: {rate}}}"
+
+
+def overrides(num_requests: int, output_tokens: int, rate: float | None = None) -> list[str]:
     """The target workload as overrides of configs/mtp3.yaml."""
     return [
         f"workload.num_requests={num_requests}",
         f"workload.prompt_tokens={{kind: fixed, tokens: {PROMPT_TOKENS}}}",
         f"workload.output_tokens={{kind: fixed, tokens: {output_tokens}}}",
-        f"workload.arrivals={{kind: poisson, rate_per_s: {rate}}}",
+        f"workload.arrivals={arrivals(rate)}",
         "cluster.prefill.count=1",
         "cluster.decode.count=1",
         "cluster.decode.scheduler.max_num_seqs=64",
@@ -104,7 +113,7 @@ def bare_simpy_s(steps_per_instance: list[int], repeats: int = 3) -> tuple[float
     return (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
 
 
-def child(num_requests: int, output_tokens: int, rate: float, extra: list[str]
+def child(num_requests: int, output_tokens: int, rate: float | None, extra: list[str]
           ) -> dict[str, Any]:
     """One point, measured in this (fresh) process."""
     import pdsim
@@ -130,16 +139,17 @@ def child(num_requests: int, output_tokens: int, rate: float, extra: list[str]
         "bare_simpy_s": bare, "ratio_to_bare_simpy": wall / bare,
         "cpu_ratio_to_bare_simpy": cpu / bare_cpu,
         "peak_rss_mb": peak / 2**20, "baseline_rss_mb": baseline / 2**20,
-        "d_mean_batch": sum(d_batch) / len(d_batch), "simulated_s": s["duration_s"],
+        "d_mean_batch": sum(d_batch) / len(d_batch), "mean_ttft_s": s["mean_ttft_s"],
+        "simulated_s": s["duration_s"],
         "completed": s["completed"],
     }
 
 
-def measure(num_requests: int, output_tokens: int, rate: float, extra: list[str]
+def measure(num_requests: int, output_tokens: int, rate: float | None, extra: list[str]
             ) -> dict[str, Any]:
     """Run one point in a fresh interpreter (its own peak RSS)."""
     out = subprocess.run([sys.executable, __file__, "--child", str(num_requests),
-                          str(output_tokens), str(rate),
+                          str(output_tokens), "closed" if rate is None else str(rate),
                           *[x for e in extra for x in ("--set", e)]],
                          capture_output=True, text=True, check=True, cwd=ROOT)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -238,18 +248,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="skip the 100k-request point")
     ap.add_argument("--full", action="store_true", help="every N x OSL in {256,1024,4096}")
-    ap.add_argument("--rate", type=float, default=DEFAULT_RATE, help="Poisson req/s")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="open-loop Poisson req/s instead of the closed loop of 64 clients")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra config override for every point (repeatable)")
     ap.add_argument("--child", nargs=3, metavar=("N", "OSL", "RATE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         n, osl, rate = args.child
-        print(json.dumps(child(int(n), int(osl), float(rate), args.set)))
+        print(json.dumps(child(int(n), int(osl), None if rate == "closed" else float(rate),
+                               args.set)))
         return
     rows = []
     print(f"{'requests':>9} {'OSL':>5} {'wall s':>8} {'cpu s':>8} {'req/wall-s':>11} "
-          f"{'steps':>9} {'bare s':>7} {'ratio':>6} {'peak MiB':>9} {'D batch':>8}")
+          f"{'steps':>9} {'bare s':>7} {'ratio':>6} {'peak MiB':>9} {'D batch':>8} "
+          f"{'TTFT s':>7}")
     for n, osl in points(args.quick, args.full):
         r = measure(n, osl, args.rate, args.set)
         rows.append(r)
@@ -257,12 +270,14 @@ def main() -> None:
               f"{r['requests_per_wall_s']:>11.0f} "
               f"{r['engine_steps']:>9} {r['bare_simpy_s']:>7.3f} "
               f"{r['ratio_to_bare_simpy']:>6.1f} {r['peak_rss_mb']:>9.0f} "
-              f"{r['d_mean_batch']:>8.1f}", flush=True)
+              f"{r['d_mean_batch']:>8.1f} {r['mean_ttft_s']:>7.2f}", flush=True)
     write_csv(rows)
     plot(rows)
     prov = provenance()
     lines = [*verdicts(rows), f"{prov['date']}, commit {prov['commit']}, Python "
-             f"{prov['python']}, {prov['machine']}, rate {args.rate:g} req/s"
+             f"{prov['python']}, {prov['machine']}, "
+             + (f"closed loop of {DEFAULT_CONCURRENCY}" if args.rate is None
+                else f"Poisson {args.rate:g} req/s")
              + (f", --set {' '.join(args.set)}" if args.set else "")]
     from pdsim.output import write_atomic
 

@@ -160,7 +160,7 @@ class StaleKVConfig(StrictModel):
     guess k past the end is right with probability ``residual_guess_accuracy ** (k + 1)``.
     """
 
-    sensitivity_per_slot: NonNegFloat = 2.0153
+    sensitivity_per_slot: NonNegFloat = 1.994
     decay_tokens: PositiveFloat | None = None
     residual_guess_accuracy: Probability = 0.9882
 

@@ -99,6 +99,11 @@ class FaultState:
         self.counts = {"kv_transfer_failures": 0, "kv_transfer_timeouts": 0,
                        "instance_outages": 0, "retries": 0, "link_degradations": 0}
 
+    @property
+    def transfers_may_fail(self) -> bool:
+        """Whether a transfer starting from now on can fail as it starts moving."""
+        return bool(self._fail_times) or self._cfg.kv_transfer_failure_probability > 0
+
     def transfer_fails(self, now_s: float) -> bool:
         """Decide, as a transfer starts moving at ``now_s``, whether it fails."""
         if self._fail_times and self._fail_times[0] <= now_s:

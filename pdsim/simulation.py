@@ -114,24 +114,26 @@ class Simulation:
 
         Requests reach a D only when a P finishes a step (or a lease expires) and through
         D's own inbound transfers; they reach P and colocated instances only on arrival.
-        Closed loops (a finish releases an arrival anywhere) fall back to the next event.
-        ``full``: the instance's batch is full, so arrivals cannot change it before one
-        of its own requests finishes (which ends the run anyway).
+        In a closed loop any finish (or failure) releases an arrival, which can only
+        happen at an event: P and colocated instances fall back to the next event, and
+        an idle P may receive an arrival from then on (a D's own finishes end its
+        runs). ``full``: the instance's batch is full, so arrivals
+        cannot change it before one of its own requests finishes (which ends the run
+        anyway).
         """
-        if self.closed_loop:
-            return self.env.peek()
         faults = self.faults.next_scheduled_after(self.env.now)
         if full:
             return faults  # a full batch admits nothing until one of its requests ends
         if inst.role is not Role.DECODE:
-            return min(self.next_arrival_s, faults)
+            return self.env.peek() if self.closed_loop else min(self.next_arrival_s, faults)
         bound = faults
         lease = self.config.connector.kv_lease_s
+        next_arrival = self.env.peek() if self.closed_loop else self.next_arrival_s
         for p in self.by_role[Role.PREFILL]:
             # a busy P hands over requests only when its step ends; an idle one no
             # earlier than the next arrival
             busy = (p.step_end_at if p.step_end_at < math.inf
-                    else self.next_arrival_s + p.min_step_s)
+                    else next_arrival + p.min_step_s)
             bound = min(bound, busy, p.lease_deadline_s(lease),
                         self.links[(p.index, inst.index)].next_done_s)
             if inst.pending_setup_s:
@@ -246,11 +248,19 @@ class Simulation:
         setup = cfg.setup_latency_s + (cfg.handshake_s if cfg.transfer_mode == "pull" else 0.0)
         tid = next(self._tids)
 
+        # The earliest moment this transfer can change anything D does: when it starts
+        # moving if it may fail then (or find P's blocks gone, which only a lease expiry
+        # or a P outage can cause, both bounded elsewhere), else when it would land with
+        # the link to itself (sharing only delays it; bandwidth changes are faults) or
+        # time out, whichever is first.
         start_s = self.env.now + setup
-        d.pending_setup_s.append(start_s)
+        timeout = self.config.faults.kv_transfer_timeout_s
+        affects_d_s = start_s if self.faults.transfers_may_fail else start_s + min(
+            nbytes / link.bandwidth_bytes_per_s, math.inf if timeout is None else timeout)
+        d.pending_setup_s.append(affects_d_s)
 
         def begin(_e: object) -> None:
-            d.pending_setup_s.remove(start_s)
+            d.pending_setup_s.remove(affects_d_s)
             if req.id not in d.receiving:
                 return  # D went down meanwhile
             if req.id not in p.pinned:

@@ -52,6 +52,18 @@ def decode_run(inst: Instance) -> float:
     # enough steps to reach the horizon at the last step's pace, within the cap
     pace = horizon / max(inst._last_dt, 1e-9)
     K = inst.max_run_steps if pace >= inst.max_run_steps - 2 else max(1, int(pace) + 2)
+    out0 = inst.out[:k]
+    tgt = inst.tgt[:k]
+    # Finishes inside a run are applied when the run is committed, at their exact
+    # times, when nobody can observe them early (open loop, no load-reading router,
+    # nothing waiting to take the freed place). Otherwise the run ends with the step
+    # in which its first request finishes, applied when simulated time reaches it.
+    cut = full or bool(inst.waiting) or not inst.sim.early_finish_ok
+    if cut:
+        # about as many steps as the first finish is expected to take (a short window
+        # only means another run)
+        first = int((tgt - out0).min() / inst.tokens_per_step_clean) + 4
+        K = min(K, first)
     q = 1 + n
     steps = inst._run_steps[:K]
     if n:
@@ -65,8 +77,6 @@ def decode_run(inst: Instance) -> float:
         a = None
         e = np.ones((K, k), dtype=np.int64)
     cum = e.cumsum(axis=0)  # tokens each row has emitted after step j
-    out0 = inst.out[:k]
-    tgt = inst.tgt[:k]
     # cum rises every step: the steps before a row's finishing step are those with
     # cum < remaining, so their count is the finishing step (K if none in the window)
     fstep = (cum < tgt - out0).sum(axis=0)
@@ -83,11 +93,6 @@ def decode_run(inst: Instance) -> float:
         repair[0] = np.maximum(inst.prev_rej[:k] - 1, 0).sum()
         if K > 1:
             repair[1:] = (np.maximum(n - 1 - a[:-1], 0) * act[1:]).sum(axis=1)
-    # Finishes inside a run are applied when the run is committed, at their exact
-    # times, when nobody can observe them early (open loop, no load-reading router,
-    # nothing waiting to take the freed place). Otherwise the run ends with the step
-    # in which its first request finishes, applied when simulated time reaches it.
-    cut = full or bool(inst.waiting) or not inst.sim.early_finish_ok
     # never past the step in which the last row finishes: no empty steps
     limit = min(K, int(fstep.min() if cut else fstep.max()) + 1)
     # blocks each row holds at the start of step j, never less than now (a finished row
