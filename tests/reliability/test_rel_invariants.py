@@ -384,12 +384,12 @@ def test_catches_disordered_timestamps(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_catches_more_accepted_than_drafted(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = AcceptanceSampler.draw
+    original = AcceptanceSampler._accepted
 
-    def overdraw(self: AcceptanceSampler, k: int, rates: Any = None) -> np.ndarray:
-        return np.asarray(original(self, k, rates)) + 1
+    def overdraw(self: AcceptanceSampler, u: np.ndarray, rates: Any = None) -> np.ndarray:
+        return np.asarray(original(self, u, rates)) + 1
 
-    monkeypatch.setattr(AcceptanceSampler, "draw", overdraw)
+    monkeypatch.setattr(AcceptanceSampler, "_accepted", overdraw)
     with pytest.raises(InvariantViolation, match="accepted"):
         run_checked(small_cfg())
 
