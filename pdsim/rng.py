@@ -80,7 +80,23 @@ def counter_uniforms(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
     """
     z = counters.astype(np.uint64) + np.uint64(1)
     z *= np.uint64(_GAMMA)
-    z = z + keys
+    return _finalize(z + keys)
+
+
+def counter_uniform_steps(keys: np.ndarray, counters: np.ndarray, steps: int) -> np.ndarray:
+    """``counter_uniforms(keys, counters + j)`` for j = 0..steps-1, as a (steps, k) array
+    (the Weyl sequence is advanced by addition, one row per step)."""
+    base = counters.astype(np.uint64) + np.uint64(1)
+    base *= np.uint64(_GAMMA)
+    base += keys
+    return _finalize(base[None, :] + _STEP_GAMMA[:steps, None]
+                     if steps <= len(_STEP_GAMMA) else
+                     base[None, :] + np.arange(steps, dtype=np.uint64)[:, None]
+                     * np.uint64(_GAMMA))
+
+
+def _finalize(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function on a Weyl state array (in place), as [0, 1) floats."""
     z ^= z >> np.uint64(30)
     z *= np.uint64(_M1)
     z ^= z >> np.uint64(27)
@@ -90,3 +106,6 @@ def counter_uniforms(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
     u: np.ndarray = z.astype(np.float64)
     u *= 2.0 ** -53
     return u
+
+
+_STEP_GAMMA = np.arange(256, dtype=np.uint64) * np.uint64(_GAMMA)

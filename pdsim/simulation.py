@@ -114,12 +114,12 @@ class Simulation:
 
         Requests reach a D only when a P finishes a step (or a lease expires) and through
         D's own inbound transfers; they reach P and colocated instances only on arrival.
-        In a closed loop any finish (or failure) releases an arrival, which can only
-        happen at an event: P and colocated instances fall back to the next event, and
-        an idle P may receive an arrival from then on (a D's own finishes end its
-        runs). ``full``: the instance's batch is full, so arrivals
-        cannot change it before one of its own requests finishes (which ends the run
-        anyway).
+        In a closed loop a finish or a failure releases an arrival: P and colocated
+        instances fall back to the next event; for a D, an idle P may receive one no
+        earlier than another D's next step end or inbound-transfer start (its own
+        finishes end its runs; lease expiries and faults are bounded anyway). ``full``:
+        the instance's batch is full, so arrivals cannot change it before one of its own
+        requests finishes (which ends the run anyway).
         """
         faults = self.faults.next_scheduled_after(self.env.now)
         if full:
@@ -128,12 +128,23 @@ class Simulation:
             return self.env.peek() if self.closed_loop else min(self.next_arrival_s, faults)
         bound = faults
         lease = self.config.connector.kv_lease_s
-        next_arrival = self.env.peek() if self.closed_loop else self.next_arrival_s
+        next_arrival = self.next_arrival_s
+        if self.closed_loop:
+            next_arrival = math.inf
+            for other in self.by_role[Role.DECODE]:
+                if other is not inst:
+                    next_arrival = min(next_arrival, other.step_end_at,
+                                       min(other.pending_setup_s, default=math.inf))
         for p in self.by_role[Role.PREFILL]:
-            # a busy P hands over requests only when its step ends; an idle one no
-            # earlier than the next arrival
-            busy = (p.step_end_at if p.step_end_at < math.inf
-                    else next_arrival + p.min_step_s)
+            # a busy P hands over requests only when its step ends; an idle one with
+            # queued work (woken at this very instant) no earlier than a step from now,
+            # else no earlier than a step after the next arrival
+            if p.step_end_at < math.inf:
+                busy = p.step_end_at
+            elif p.waiting or p.running:
+                busy = self.env.now + p.min_step_s
+            else:
+                busy = next_arrival + p.min_step_s
             bound = min(bound, busy, p.lease_deadline_s(lease),
                         self.links[(p.index, inst.index)].next_done_s)
             if inst.pending_setup_s:

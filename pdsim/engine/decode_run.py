@@ -67,11 +67,8 @@ def decode_run(inst: Instance) -> float:
     q = 1 + n
     steps = inst._run_steps[:K]
     if n:
-        rates = None
-        if has_stale:
-            rates = inst.cond * np.exp(-inst.beta * stale[:, inst.module_of_pos])
         a = inst.sampler.draw_steps(K, inst.akey[:k], inst.adraw[:k] + inst.n_drafts[:k],
-                                    rates)
+                                    survival=inst.surv[:k] if has_stale else None)
         e = a + 1
     else:
         a = None

@@ -107,9 +107,14 @@ class Instance:
         self.adraw = np.zeros(s, dtype=np.int64)
         self.cache_valid = np.zeros(s, dtype=np.int64)
         self.stale = np.zeros((s, max(1, self.num_modules)), dtype=np.float64)
+        # P(a >= i + 1) per request at its current stale weights (the sampler's input),
+        # refreshed whenever ``stale`` changes
+        self.surv = np.zeros((s, n), dtype=np.float64)
+        self._clean_surv = (self.sampler.clean_survival if self.n_spec
+                            else np.ones(n, dtype=np.float64))
         self._rows = (self.ctx, self.out, self.tgt, self.blocks, self.seg_first, self.n_drafts,
                       self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale,
-                      self.akey, self.adraw)
+                      self.akey, self.adraw, self.surv)
         self._arange_n = np.arange(n)
 
         # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
@@ -577,6 +582,16 @@ class Instance:
             self.cache_valid[s] = self.n_spec  # no multi-module re-prefill cache to run dry
         if self.n_spec and req.kv_from_remote:
             self._init_remote_provenance(req, s)
+        self._refresh_survival(slice(s, s + 1))
+
+    def _refresh_survival(self, rows: slice) -> None:
+        """Recompute ``surv`` for ``rows`` from their stale weights."""
+        stale = self.stale[rows]
+        if not self.n_spec or not stale.any():
+            self.surv[rows] = self._clean_surv
+            return
+        rates = self.cond * np.exp(-self.beta * stale[:, self.module_of_pos])
+        np.cumprod(rates, axis=1, out=self.surv[rows])
 
     def _init_remote_provenance(self, req: Request, s: int) -> None:
         rows = excess_profile(req.prompt_tokens - req.p_prompt_tokens,
@@ -620,11 +635,9 @@ class Instance:
         n = self.n_spec
         out = self.out[:k]
         if n:
-            rates = None
             stale = self.stale[:k]
-            if stale.any():
-                rates = self.cond * np.exp(-self.beta * stale[:, self.module_of_pos])
-            a = self.sampler.draw(self.akey[:k], self.adraw[:k] + self.n_drafts[:k], rates)
+            a = self.sampler.draw(self.akey[:k], self.adraw[:k] + self.n_drafts[:k],
+                                  survival=self.surv[:k])
             emitted = a + 1
             self.n_drafts[:k] += 1
             self.n_acc[:k] += a
@@ -632,12 +645,17 @@ class Instance:
             if self.multi_module:
                 cache = self.cache_valid[:k]
                 garbage = self.prev_rej[:k] - 1 - cache
+                changed = False
                 if (garbage > 0).any():
                     # The re-prefill cache is short of entries: the repair recomputes those
                     # positions from garbage, into every module (module 0 included).
                     stale += np.maximum(garbage, 0)[:, None]
+                    changed = True
                 if self.decay_tokens is not None:
                     stale *= np.exp(-emitted / self.decay_tokens)[:, None]
+                    changed = True
+                if changed:
+                    self._refresh_survival(slice(0, k))
                 np.minimum(cache + emitted, n - 1, out=cache)
                 np.subtract(n, a, out=self.prev_rej[:k])
             out += emitted

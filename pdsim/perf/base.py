@@ -44,16 +44,20 @@ class StepTimeModel(Protocol):
         ...
 
 
+_SCALAR_UP_TO = 5  # below this many steps, per-call numpy overhead outweighs the loop
+
+
 def decode_step_times_s(model: StepTimeModel, decode_requests: np.ndarray,
                         decode_tokens: np.ndarray, decode_context_tokens: np.ndarray,
                         drafter_repair_tokens: np.ndarray) -> np.ndarray:
     """Step times of consecutive pure-decode steps (no prefill), one per array entry.
 
     Uses the model's vectorized ``decode_step_times_s`` when it has one (it must agree
-    with ``step_time_s``), else calls ``step_time_s`` step by step.
+    with ``step_time_s`` bit for bit) and there are enough steps for array operations to
+    pay off, else calls ``step_time_s`` step by step.
     """
     fast = getattr(model, "decode_step_times_s", None)
-    if fast is not None:
+    if fast is not None and len(decode_requests) > _SCALAR_UP_TO:
         out: np.ndarray = fast(decode_requests, decode_tokens, decode_context_tokens,
                                drafter_repair_tokens)
         return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pdsim.rng import counter_key, counter_uniforms
+from pdsim.rng import counter_key, counter_uniform_steps, counter_uniforms
 
 
 class AcceptanceSampler:
@@ -44,34 +44,41 @@ class AcceptanceSampler:
         """The key of a request's acceptance draws."""
         return counter_key(self.stream_key, request_id)
 
-    def _accepted(self, u: np.ndarray, rates: np.ndarray | None) -> np.ndarray:
-        if rates is None:
-            below: np.ndarray = np.searchsorted(self._survival_asc, u, side="right")
-            return self._n - below
-        survival = np.cumprod(rates, axis=-1)
+    @property
+    def clean_survival(self) -> np.ndarray:
+        """P(a >= i + 1), i = 0..N-1, at the clean rates."""
+        return self._survival_asc[::-1]
+
+    def _accepted(self, u: np.ndarray, rates: np.ndarray | None,
+                  survival: np.ndarray | None) -> np.ndarray:
+        if survival is None:
+            if rates is None:
+                below: np.ndarray = np.searchsorted(self._survival_asc, u, side="right")
+                return self._n - below
+            survival = np.cumprod(rates, axis=-1)
         accepted: np.ndarray = (u[..., None] < survival).sum(axis=-1)
         return accepted
 
     def draw(self, keys: np.ndarray, counters: np.ndarray,
-             rates: np.ndarray | None = None) -> np.ndarray:
+             rates: np.ndarray | None = None, *,
+             survival: np.ndarray | None = None) -> np.ndarray:
         """Accepted prefix lengths (int64, each in [0, N]) of the requests with ``keys``
         (uint64) at their verification ``counters``.
 
-        ``rates`` is a (k, N) matrix of per-request conditional rates; the clean rates are
-        used when it is None.
+        ``rates`` is a (k, N) matrix of per-request conditional rates, or ``survival`` its
+        cumulative product along N (``P(a >= i + 1)`` per request, for callers that keep
+        it); the clean rates are used when both are None.
         """
-        return self._accepted(counter_uniforms(keys, counters), rates)
+        return self._accepted(counter_uniforms(keys, counters), rates, survival)
 
     def draw_steps(self, steps: int, keys: np.ndarray, counters: np.ndarray,
-                   rates: np.ndarray | None = None) -> np.ndarray:
+                   rates: np.ndarray | None = None, *,
+                   survival: np.ndarray | None = None) -> np.ndarray:
         """Accepted prefix lengths (steps x k) for ``steps`` consecutive verifications of
-        the same k requests, from their ``counters`` on; ``rates`` as in ``draw``.
-
-        Row j equals ``draw(keys, counters + j, rates)``.
+        the same k requests, from their ``counters`` on; ``rates`` / ``survival`` as in
+        ``draw``. Row j equals ``draw(keys, counters + j, ...)``.
         """
-        step = np.arange(steps, dtype=np.int64)[:, None]
-        return self._accepted(counter_uniforms(keys[None, :], counters[None, :] + step),
-                              rates)
+        return self._accepted(counter_uniform_steps(keys, counters, steps), rates, survival)
 
 
 def expected_tokens_per_step(conditional_rates: np.ndarray) -> float:
