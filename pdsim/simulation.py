@@ -114,11 +114,14 @@ class Simulation:
 
         Requests reach a D only when a P finishes a step (or a lease expires) and through
         D's own inbound transfers; they reach P and colocated instances only on arrival.
-        In a closed loop a finish or a failure releases an arrival: P and colocated
-        instances fall back to the next event; for a D, an idle P may receive one no
-        earlier than another D's next step end or inbound-transfer start (its own
-        finishes end its runs; lease expiries and faults are bounded anyway). ``full``:
-        the instance's batch is full, so arrivals cannot change it before one of its own
+        A busy P hands over only when its step ends; a P woken at this very instant no
+        earlier than one step from now; an idle P no earlier than one step after
+        something wakes it: an arrival, or blocks it holds for a D coming free (a
+        transfer landing or failing on any of its links, a lease expiring). In a closed
+        loop a finish or a failure releases an arrival: P and colocated instances fall
+        back to the next event; for a D, releases come no earlier than another D's next
+        step end or inbound-transfer start (its own finishes end its runs). ``full``: the
+        instance's batch is full, so arrivals cannot change it before one of its own
         requests finishes (which ends the run anyway).
         """
         faults = self.faults.next_scheduled_after(self.env.now)
@@ -126,29 +129,31 @@ class Simulation:
             return faults  # a full batch admits nothing until one of its requests ends
         if inst.role is not Role.DECODE:
             return self.env.peek() if self.closed_loop else min(self.next_arrival_s, faults)
-        bound = faults
+        bound = min(faults, min(inst.pending_setup_s, default=math.inf))
         lease = self.config.connector.kv_lease_s
+        decodes = self.by_role[Role.DECODE]
         next_arrival = self.next_arrival_s
         if self.closed_loop:
             next_arrival = math.inf
-            for other in self.by_role[Role.DECODE]:
+            for other in decodes:
                 if other is not inst:
-                    next_arrival = min(next_arrival, other.step_end_at,
-                                       min(other.pending_setup_s, default=math.inf))
+                    next_arrival = min(next_arrival, other.step_end_at)
+        # transfers into any D that may fail or time out (and free a P's blocks) first
+        setups = min((min(d.pending_setup_s, default=math.inf) for d in decodes),
+                     default=math.inf)
         for p in self.by_role[Role.PREFILL]:
-            # a busy P hands over requests only when its step ends; an idle one with
-            # queued work (woken at this very instant) no earlier than a step from now,
-            # else no earlier than a step after the next arrival
+            lease_end = p.lease_deadline_s(lease)
             if p.step_end_at < math.inf:
-                busy = p.step_end_at
-            elif p.waiting or p.running:
-                busy = self.env.now + p.min_step_s
+                handover = p.step_end_at
+            elif not p.idle_until_notified:
+                handover = self.env.now + p.min_step_s
             else:
-                busy = next_arrival + p.min_step_s
-            bound = min(bound, busy, p.lease_deadline_s(lease),
+                wake = min(next_arrival, lease_end, setups,
+                           min((self.links[(p.index, d.index)].next_done_s for d in decodes),
+                               default=math.inf))
+                handover = wake + p.min_step_s
+            bound = min(bound, handover, lease_end,
                         self.links[(p.index, inst.index)].next_done_s)
-            if inst.pending_setup_s:
-                bound = min(bound, min(inst.pending_setup_s))
         return bound
 
     def _release_next(self) -> None:

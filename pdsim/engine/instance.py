@@ -164,6 +164,11 @@ class Instance:
         self.waiting.append(req)
         self.notify()
 
+    @property
+    def idle_until_notified(self) -> bool:
+        """The engine loop is parked and nothing has woken it yet."""
+        return self._wake is not None and not self._wake.triggered
+
     def notify(self) -> None:
         """Wake the engine loop if it is idle (something may now be schedulable)."""
         if self._wake is not None and not self._wake.triggered:
