@@ -356,22 +356,11 @@ def _optimise(obj: _Objective, lower: np.ndarray, upper: np.ndarray, method: Met
     z0 = np.clip(np.zeros(n), lower + 1e-9, upper - 1e-9)
     try:
         if method == "least_squares":
-            # The objective is only piecewise smooth (discrete event order), and a step
-            # that lands on a kink can collapse trf's trust region far from the optimum.
-            # Restarting from the best point (a fresh trust region) while that still
-            # pays off by more than 1 % makes the fit robust to it.
-            start, message = z0, ""
-            while True:
-                before = obj.best[0] if obj.best is not None else math.inf
-                sol = least_squares(obj.residuals, start,
-                                    jac=lambda z: obj.jacobian(z, diff_step, upper),
-                                    bounds=(lower, upper), method="trf", x_scale=1.0,
-                                    xtol=1e-3, ftol=1e-4, max_nfev=obj.max_evals)
-                message = str(sol.message)
-                assert obj.best is not None
-                if not obj.best[0] < 0.99 * before or obj.best[0] == 0.0:
-                    return message
-                start = np.clip(obj.best[1], lower + 1e-9, upper - 1e-9)
+            sol = least_squares(obj.residuals, z0,
+                                jac=lambda z: obj.jacobian(z, diff_step, upper),
+                                bounds=(lower, upper), method="trf", x_scale=1.0,
+                                xtol=1e-3, ftol=1e-4, max_nfev=obj.max_evals)
+            return str(sol.message)
         if method == "nelder_mead":
             # each vertex moves one parameter, inward when the step would leave the range
             steps = np.where(z0 + simplex_step <= upper, simplex_step, -simplex_step)
