@@ -129,7 +129,7 @@ class Simulation:
             return faults  # a full batch admits nothing until one of its requests ends
         if inst.role is not Role.DECODE:
             return self.env.peek() if self.closed_loop else min(self.next_arrival_s, faults)
-        bound = min(faults, min(inst.pending_setup_s, default=math.inf))
+        bound = min(faults, min(inst.inbound_watch_s, default=math.inf))
         lease = self.config.connector.kv_lease_s
         decodes = self.by_role[Role.DECODE]
         next_arrival = self.next_arrival_s
@@ -138,21 +138,23 @@ class Simulation:
             for other in decodes:
                 if other is not inst:
                     next_arrival = min(next_arrival, other.step_end_at)
-        # transfers into any D that may fail or time out (and free a P's blocks) first
-        setups = min((min(d.pending_setup_s, default=math.inf) for d in decodes),
-                     default=math.inf)
-        for p in self.by_role[Role.PREFILL]:
-            lease_end = p.lease_deadline_s(lease)
+        prefills = self.by_role[Role.PREFILL]
+        # what can free a P's blocks (or, failing a request in a closed loop, release an
+        # arrival): a transfer into any D failing or timing out, any lease expiring
+        frees = min(min((min(d.inbound_watch_s, default=math.inf) for d in decodes),
+                        default=math.inf),
+                    min((p.lease_deadline_s(lease) for p in prefills), default=math.inf))
+        for p in prefills:
             if p.step_end_at < math.inf:
                 handover = p.step_end_at
             elif not p.idle_until_notified:
                 handover = self.env.now + p.min_step_s
             else:
-                wake = min(next_arrival, lease_end, setups,
+                wake = min(next_arrival, frees,
                            min((self.links[(p.index, d.index)].next_done_s for d in decodes),
                                default=math.inf))
                 handover = wake + p.min_step_s
-            bound = min(bound, handover, lease_end,
+            bound = min(bound, handover, p.lease_deadline_s(lease),
                         self.links[(p.index, inst.index)].next_done_s)
         return bound
 
@@ -273,10 +275,10 @@ class Simulation:
         timeout = self.config.faults.kv_transfer_timeout_s
         affects_d_s = start_s if self.faults.transfers_may_fail else start_s + min(
             nbytes / link.bandwidth_bytes_per_s, math.inf if timeout is None else timeout)
-        d.pending_setup_s.append(affects_d_s)
+        d.inbound_watch_s.append(affects_d_s)
 
         def begin(_e: object) -> None:
-            d.pending_setup_s.remove(affects_d_s)
+            d.inbound_watch_s.remove(affects_d_s)
             if req.id not in d.receiving:
                 return  # D went down meanwhile
             if req.id not in p.pinned:
@@ -291,12 +293,12 @@ class Simulation:
             timeout = self.config.faults.kv_transfer_timeout_s
             if timeout is not None:
                 deadline = self.env.now + timeout
-                d.pending_setup_s.append(deadline)
+                d.inbound_watch_s.append(deadline)
                 ev = self.env.timeout(timeout)
                 ev.callbacks.append(lambda _e: expire(deadline))
 
         def expire(deadline: float) -> None:
-            d.pending_setup_s.remove(deadline)
+            d.inbound_watch_s.remove(deadline)
             active = self._transfers.get(req.id)
             if active is not None and active[1] == tid:
                 link.cancel(tid)

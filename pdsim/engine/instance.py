@@ -139,7 +139,10 @@ class Instance:
         self._run_rows = np.arange(s)
         self._last_dt = 0.01  # recent decode step time, to size a run
         self.step_end_at = math.inf  # end of the step in progress (inf when idle)
-        self.pending_setup_s: list[float] = []  # inbound transfers still in setup
+        # per inbound transfer, the earliest time it could change what this D does
+        # (while in setup: its start if it may fail then, else its earliest landing or
+        # timeout; once moving: its timeout deadline, the link covers its landing)
+        self.inbound_watch_s: list[float] = []
         # facts
         # per step: end time, and (start, end, prefill tokens, decode requests, KV blocks
         # used, running, waiting, receiving) as 8 flat doubles: compact at 100k+ steps
