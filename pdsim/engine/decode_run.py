@@ -68,7 +68,7 @@ def decode_run(inst: Instance) -> float:
     steps = inst._run_steps[:K]
     if n:
         a = inst.sampler.draw_steps(K, inst.akey[:k], inst.adraw[:k] + inst.n_drafts[:k],
-                                    survival=inst.surv[:k] if has_stale else None)
+                                    inst.surv[:k] if has_stale else None)
         e = a + 1
     else:
         a = None

@@ -598,8 +598,8 @@ class Instance:
         if not self.n_spec or not stale.any():
             self.surv[rows] = self._clean_surv
             return
-        rates = self.cond * np.exp(-self.beta * stale[:, self.module_of_pos])
-        np.cumprod(rates, axis=1, out=self.surv[rows])
+        self.surv[rows] = self.sampler.survival_of(
+            self.cond * np.exp(-self.beta * stale[:, self.module_of_pos]))
 
     def _init_remote_provenance(self, req: Request, s: int) -> None:
         rows = excess_profile(req.prompt_tokens - req.p_prompt_tokens,
@@ -645,7 +645,7 @@ class Instance:
         if n:
             stale = self.stale[:k]
             a = self.sampler.draw(self.akey[:k], self.adraw[:k] + self.n_drafts[:k],
-                                  survival=self.surv[:k])
+                                  self.surv[:k])
             emitted = a + 1
             self.n_drafts[:k] += 1
             self.n_acc[:k] += a

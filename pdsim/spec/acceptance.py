@@ -27,13 +27,13 @@ class AcceptanceSampler:
     verification counter (how many verifications it has had before).
     """
 
-    __slots__ = ("_cond", "_n", "_survival_asc", "stream_key")
+    __slots__ = ("_n", "_survival_asc", "stream_key")
 
     def __init__(self, conditional_rates: np.ndarray, stream_key: int) -> None:
-        self._cond = np.asarray(conditional_rates, dtype=np.float64)
-        self._n = len(self._cond)
+        cond = np.asarray(conditional_rates, dtype=np.float64)
+        self._n = len(cond)
         # P(a >= i + 1), i = 0..N-1, is non-increasing; ascending for searchsorted
-        self._survival_asc = np.cumprod(self._cond)[::-1].copy()
+        self._survival_asc = self.survival_of(cond)[::-1].copy()
         self.stream_key = stream_key
 
     @property
@@ -49,36 +49,36 @@ class AcceptanceSampler:
         """P(a >= i + 1), i = 0..N-1, at the clean rates."""
         return self._survival_asc[::-1]
 
-    def _accepted(self, u: np.ndarray, rates: np.ndarray | None,
-                  survival: np.ndarray | None) -> np.ndarray:
+    @staticmethod
+    def survival_of(rates: np.ndarray) -> np.ndarray:
+        """Per-request P(a >= i + 1) from a (k, N) matrix of conditional rates."""
+        return np.cumprod(rates, axis=-1)
+
+    def _accepted(self, u: np.ndarray, survival: np.ndarray | None) -> np.ndarray:
         if survival is None:
-            if rates is None:
-                below: np.ndarray = np.searchsorted(self._survival_asc, u, side="right")
-                return self._n - below
-            survival = np.cumprod(rates, axis=-1)
+            below: np.ndarray = np.searchsorted(self._survival_asc, u, side="right")
+            return self._n - below
         accepted: np.ndarray = (u[..., None] < survival).sum(axis=-1)
         return accepted
 
     def draw(self, keys: np.ndarray, counters: np.ndarray,
-             rates: np.ndarray | None = None, *,
              survival: np.ndarray | None = None) -> np.ndarray:
         """Accepted prefix lengths (int64, each in [0, N]) of the requests with ``keys``
         (uint64) at their verification ``counters``.
 
-        ``rates`` is a (k, N) matrix of per-request conditional rates, or ``survival`` its
-        cumulative product along N (``P(a >= i + 1)`` per request, for callers that keep
-        it); the clean rates are used when both are None.
+        ``survival`` is a (k, N) matrix of per-request ``P(a >= i + 1)`` (``survival_of``
+        the conditional rates, lowered by stale KV); the clean rates are used when it is
+        None.
         """
-        return self._accepted(counter_uniforms(keys, counters), rates, survival)
+        return self._accepted(counter_uniforms(keys, counters), survival)
 
     def draw_steps(self, steps: int, keys: np.ndarray, counters: np.ndarray,
-                   rates: np.ndarray | None = None, *,
                    survival: np.ndarray | None = None) -> np.ndarray:
         """Accepted prefix lengths (steps x k) for ``steps`` consecutive verifications of
-        the same k requests, from their ``counters`` on; ``rates`` / ``survival`` as in
-        ``draw``. Row j equals ``draw(keys, counters + j, ...)``.
+        the same k requests, from their ``counters`` on; ``survival`` as in ``draw``.
+        Row j equals ``draw(keys, counters + j, survival)``.
         """
-        return self._accepted(counter_uniform_steps(keys, counters, steps), rates, survival)
+        return self._accepted(counter_uniform_steps(keys, counters, steps), survival)
 
 
 def expected_tokens_per_step(conditional_rates: np.ndarray) -> float:

@@ -75,10 +75,10 @@ def test_sampler_edges_and_rate_matrix() -> None:
     assert s.draw(keys, zero).tolist() == [3] * 5
     # per-request rates override the clean ones: first row never accepts, second always
     rates = np.array([[0.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
-    assert s.draw(keys[:2], zero[:2], rates).tolist() == [0, 3]
+    assert s.draw(keys[:2], zero[:2], s.survival_of(rates)).tolist() == [0, 3]
     # a prefix: once a draft is rejected, later ones cannot count
     rates = np.array([[1.0, 0.0, 1.0]])
-    assert s.draw(keys[:1], zero[:1], rates).tolist() == [1]
+    assert s.draw(keys[:1], zero[:1], s.survival_of(rates)).tolist() == [1]
     none = _sampler(np.zeros(4))
     assert none.draw(_keys(none, range(10)), np.zeros(10, dtype=np.int64)).tolist() == [0] * 10
 
@@ -127,7 +127,8 @@ def test_per_request_rates_follow_their_own_distribution() -> None:
     rows = np.array([[0.9, 0.5, 0.8], [0.3, 0.9, 0.9], [0.95, 0.95, 0.1]])
     s = _sampler(np.full(3, 0.5), stream=3)
     trials = 60_000
-    a = s.draw_steps(trials, _keys(s, range(3)), np.zeros(3, dtype=np.int64), rows)
+    a = s.draw_steps(trials, _keys(s, range(3)), np.zeros(3, dtype=np.int64),
+                     s.survival_of(rows))
     assert a.shape == (trials, 3)
     for r, rates in enumerate(rows):
         survival = np.cumprod(rates)
@@ -143,12 +144,13 @@ def test_per_request_rates_follow_their_own_distribution() -> None:
 def test_window_of_steps_equals_steps_one_by_one(steps: int, k: int, seed: int,
                                                  stale: bool) -> None:
     s = _sampler([0.8, 0.6, 0.4], stream=seed)
-    rates = np.random.default_rng(seed + 1).random((k, 3)) if stale else None
+    rates = np.random.default_rng(seed + 1).random((k, 3))
+    surv = s.survival_of(rates) if stale else None
     keys = _keys(s, range(k))
     start = np.random.default_rng(seed).integers(0, 1000, k)
     np.testing.assert_array_equal(
-        s.draw_steps(steps, keys, start, rates),
-        np.stack([s.draw(keys, start + j, rates) for j in range(steps)]))
+        s.draw_steps(steps, keys, start, surv),
+        np.stack([s.draw(keys, start + j, surv) for j in range(steps)]))
 
 
 # ------------------------------------------------------------ runs vs theory

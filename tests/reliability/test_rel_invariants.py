@@ -386,9 +386,8 @@ def test_catches_disordered_timestamps(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_catches_more_accepted_than_drafted(monkeypatch: pytest.MonkeyPatch) -> None:
     original = AcceptanceSampler._accepted
 
-    def overdraw(self: AcceptanceSampler, u: np.ndarray, rates: Any,
-                 survival: Any) -> np.ndarray:
-        return np.asarray(original(self, u, rates, survival)) + 1
+    def overdraw(self: AcceptanceSampler, u: np.ndarray, survival: Any) -> np.ndarray:
+        return np.asarray(original(self, u, survival)) + 1
 
     monkeypatch.setattr(AcceptanceSampler, "_accepted", overdraw)
     with pytest.raises(InvariantViolation, match="accepted"):
