@@ -5,6 +5,7 @@ See docs/step-time.md for the formulas, the defaults and where they come from.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -36,6 +37,14 @@ class SimpleStepTimeConfig(StrictModel):
     per_attention_pair_s: Annotated[float, Field(ge=0)] = 2.0e-12
     drafter_floor_s: Annotated[float, Field(ge=0)] = 0.0006
     drafter_token_cost_ratio: Annotated[float, Field(ge=0)] = 0.04
+
+
+def _check_profile_name(value: object, kind: str, shipped: Sequence[str],
+                        inline: str) -> None:
+    """A profile named by a string must be a shipped one."""
+    if isinstance(value, str) and value not in shipped:
+        raise ValueError(f"unknown {kind} profile {value!r}; shipped: "
+                         f"{', '.join(shipped)} (or give {inline} inline)")
 
 
 class RooflineStepTimeConfig(StrictModel):
@@ -86,9 +95,7 @@ class RooflineStepTimeConfig(StrictModel):
     def _known_model(cls, v: str | ModelArchitecture) -> str | ModelArchitecture:
         from pdsim.perf.profiles import model_names
 
-        if isinstance(v, str) and v not in model_names():
-            raise ValueError(f"unknown model profile {v!r}; shipped: "
-                             f"{', '.join(model_names())} (or give the architecture inline)")
+        _check_profile_name(v, "model", model_names(), "the architecture")
         return v
 
     @field_validator("hardware")
@@ -96,9 +103,7 @@ class RooflineStepTimeConfig(StrictModel):
     def _known_hardware(cls, v: str | HardwareSpec) -> str | HardwareSpec:
         from pdsim.perf.profiles import hardware_names
 
-        if isinstance(v, str) and v not in hardware_names():
-            raise ValueError(f"unknown hardware profile {v!r}; shipped: "
-                             f"{', '.join(hardware_names())} (or give the spec inline)")
+        _check_profile_name(v, "hardware", hardware_names(), "the spec")
         return v
 
     @model_validator(mode="after")
