@@ -2,10 +2,11 @@
 
 The workload is the issue's speed target: ISL 8192 / OSL 1024, MTP-3 (configs/mtp3.yaml),
 1P1D, decode ``max_num_seqs`` 64, a prefill cost per token of 4 us (so one P keeps up),
-and a closed loop of 64 clients (``vllm bench serve --max-concurrency 64``), so D's batch
-runs close to its 64-request limit at every output length and no queue grows: the run
-is a steady serving state, not an overload. ``--rate R`` switches to open-loop Poisson
-arrivals instead. Everything is on (per-request records, summary, ITL distribution).
+and a closed loop of 64 clients (``vllm bench serve --max-concurrency 64``), so no queue
+grows (the run is a steady serving state, not an overload) and D's batch runs close to
+its 64-request limit (at OSL 256 the single P is the bottleneck and D's batch is small).
+``--rate R`` switches to open-loop Poisson arrivals instead. Everything is on
+(per-request records, summary, ITL distribution).
 Each point (requests, output length) runs in a fresh subprocess, one at a time:
 
 1. load the config, note the resident set (baseline: interpreter, numpy, pdsim);

@@ -125,10 +125,6 @@ class Link:
     def active(self) -> int:
         return len(self._flows)
 
-    def remaining_bytes(self, tid: int) -> float:
-        """Bytes transfer ``tid`` still has to move (as of the last event)."""
-        return self._flows[tid].finish_tag - self._service
-
     def start(self, tid: int, nbytes: float, on_done: Callable[[float], None]) -> None:
         """Begin moving ``nbytes``; ``on_done(now)`` is called when the last byte lands."""
         self._advance()
