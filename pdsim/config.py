@@ -84,10 +84,6 @@ class ModelConfig(StrictModel):
         return any(g.kind == "mamba" for g in self.layer_groups)
 
     @property
-    def has_sliding_window(self) -> bool:
-        return any(g.kind == "sliding_window" for g in self.layer_groups)
-
-    @property
     def target_kv_bytes_per_token(self) -> int:
         """KV bytes one token occupies across the target's attention layers."""
         return sum(g.num_layers * g.kv_bytes_per_token_per_layer for g in self.layer_groups
