@@ -107,7 +107,6 @@ def check_invariants(sim: Simulation) -> None:
         _check_decode_slots(sim, inst)
     counts = dict.fromkeys(Status, 0)
     now = sim.env.now
-    horizon = _horizon(sim)
     closed_loop = sim.specs.closed_loop_concurrency is not None
     for req in sim.requests:
         counts[req.status] += 1
@@ -133,7 +132,7 @@ def check_invariants(sim: Simulation) -> None:
                 _fail(sim, f"request {req.id} arrived at {req.arrival_s} but was never "
                            f"dispatched")
         if dispatched:
-            _check_timestamps(sim, req, horizon)
+            _check_timestamps(sim, req, now)
         _check_counters(sim, req)
     terminal = counts[Status.FINISHED] + counts[Status.FAILED] + counts[Status.REJECTED]
     arrived = sum(1 for r in sim.requests if _dispatched(r))
@@ -245,10 +244,17 @@ def _check_decode_slots(sim: Simulation, inst: Instance) -> None:
         _fail(sim, f"{inst.name}: decode rows in use {used} are not 0..{dense - 1}")
     n = inst.n_spec
     decoding = {r.id for r in inst.running if r.phase is Phase.DECODE}
+    run = getattr(inst, "active_run", None)
+    finished = set(run.finished_rows) if run is not None else set()
     seen: set[int] = set()
     for s in used:
         req = inst.req_of_slot[s]
         assert req is not None
+        if s in finished:  # finished inside a decode run: vacated when it is committed
+            if req.phase is not Phase.DONE or inst.pool.held(req.id):
+                _fail(sim, f"{inst.name}: row {s} of finished request {req.id} is "
+                           f"{req.phase.value} and holds {inst.pool.held(req.id)} blocks")
+            continue
         seen.add(req.id)
         if req.slot != s or req.phase is not Phase.DECODE:
             _fail(sim, f"{inst.name}: slot {s} holds request {req.id} (slot {req.slot}, "
@@ -301,13 +307,6 @@ def _check_counters(sim: Simulation, req: Request) -> None:
     if req.status is Status.FINISHED and req.num_output != req.output_target:
         _fail(sim, f"request {req.id} finished with {req.num_output} of "
                    f"{req.output_target} tokens")
-
-
-def _horizon(sim: Simulation) -> float:
-    """The latest time a fact may carry now: the current time, or the end of a step (or
-    of a run of decode steps) an instance has already committed."""
-    ends = [getattr(i, "step_end_at", math.inf) for i in sim.instances]
-    return max([sim.env.now, *(t for t in ends if t < math.inf)])
 
 
 def _check_timestamps(sim: Simulation, req: Request, now: float) -> None:

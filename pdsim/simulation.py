@@ -8,7 +8,6 @@ influence each other.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from itertools import count
 
@@ -74,12 +73,6 @@ class Simulation:
         self.closed_loop = self.specs.closed_loop_concurrency is not None
         self.faults = FaultState(config.faults, self.streams.get("faults"))
         self._transfers: dict[int, tuple[Link, int, Instance, Instance]] = {}
-        self.next_arrival_s = math.inf
-        # may a decode run apply finishes ahead of the clock? Not when a finish releases
-        # a closed-loop request or a router reads instance load to pick among several
-        serving = self.by_role.get(Role.DECODE) or self.by_role.get(Role.COLOCATED) or []
-        self.early_finish_ok = not self.closed_loop and not (
-            config.router.policy == "least_loaded" and len(serving) > 1)
 
     # ------------------------------------------------------------------- run
 
@@ -104,59 +97,8 @@ class Simulation:
         for req in self.requests:
             delay = req.arrival_s - env.now
             if delay > 0:
-                self.next_arrival_s = req.arrival_s
                 yield env.timeout(delay)
             self._dispatch(req)
-        self.next_arrival_s = math.inf
-
-    def quiet_until(self, inst: Instance, full: bool = False) -> float:
-        """A time before which nothing outside ``inst`` can change what ``inst`` does.
-
-        Requests reach a D only when a P finishes a step (or a lease expires) and through
-        D's own inbound transfers; they reach P and colocated instances only on arrival.
-        A busy P hands over only when its step ends; a P woken at this very instant no
-        earlier than one step from now; an idle P no earlier than one step after
-        something wakes it: an arrival, or blocks it holds for a D coming free (a
-        transfer landing or failing on any of its links, a lease expiring). In a closed
-        loop a finish or a failure releases an arrival: P and colocated instances fall
-        back to the next event; for a D, releases come no earlier than another D's next
-        step end or inbound-transfer start (its own finishes end its runs). ``full``: the
-        instance's batch is full, so arrivals cannot change it before one of its own
-        requests finishes (which ends the run anyway).
-        """
-        faults = self.faults.next_scheduled_after(self.env.now)
-        if full:
-            return faults  # a full batch admits nothing until one of its requests ends
-        if inst.role is not Role.DECODE:
-            return self.env.peek() if self.closed_loop else min(self.next_arrival_s, faults)
-        bound = min(faults, min(inst.inbound_watch_s, default=math.inf))
-        lease = self.config.connector.kv_lease_s
-        decodes = self.by_role[Role.DECODE]
-        next_arrival = self.next_arrival_s
-        if self.closed_loop:
-            next_arrival = math.inf
-            for other in decodes:
-                if other is not inst:
-                    next_arrival = min(next_arrival, other.step_end_at)
-        prefills = self.by_role[Role.PREFILL]
-        # what can free a P's blocks (or, failing a request in a closed loop, release an
-        # arrival): a transfer into any D failing or timing out, any lease expiring
-        frees = min(min((min(d.inbound_watch_s, default=math.inf) for d in decodes),
-                        default=math.inf),
-                    min((p.lease_deadline_s(lease) for p in prefills), default=math.inf))
-        for p in prefills:
-            if p.step_end_at < math.inf:
-                handover = p.step_end_at
-            elif not p.idle_until_notified:
-                handover = self.env.now + p.min_step_s
-            else:
-                wake = min(next_arrival, frees,
-                           min((self.links[(p.index, d.index)].next_done_s for d in decodes),
-                               default=math.inf))
-                handover = wake + p.min_step_s
-            bound = min(bound, handover, p.lease_deadline_s(lease),
-                        self.links[(p.index, inst.index)].next_done_s)
-        return bound
 
     def _release_next(self) -> None:
         if self._next_release >= len(self.requests):
@@ -266,19 +208,7 @@ class Simulation:
         setup = cfg.setup_latency_s + (cfg.handshake_s if cfg.transfer_mode == "pull" else 0.0)
         tid = next(self._tids)
 
-        # The earliest moment this transfer can change anything D does: when it starts
-        # moving if it may fail then (or find P's blocks gone, which only a lease expiry
-        # or a P outage can cause, both bounded elsewhere), else when it would land with
-        # the link to itself (sharing only delays it; bandwidth changes are faults) or
-        # time out, whichever is first.
-        start_s = self.env.now + setup
-        timeout = self.config.faults.kv_transfer_timeout_s
-        affects_d_s = start_s if self.faults.transfers_may_fail else start_s + min(
-            nbytes / link.bandwidth_bytes_per_s, math.inf if timeout is None else timeout)
-        d.inbound_watch_s.append(affects_d_s)
-
         def begin(_e: object) -> None:
-            d.inbound_watch_s.remove(affects_d_s)
             if req.id not in d.receiving:
                 return  # D went down meanwhile
             if req.id not in p.pinned:
@@ -292,13 +222,10 @@ class Simulation:
             link.start(tid, nbytes, landed)
             timeout = self.config.faults.kv_transfer_timeout_s
             if timeout is not None:
-                deadline = self.env.now + timeout
-                d.inbound_watch_s.append(deadline)
                 ev = self.env.timeout(timeout)
-                ev.callbacks.append(lambda _e: expire(deadline))
+                ev.callbacks.append(lambda _e: expire())
 
-        def expire(deadline: float) -> None:
-            d.inbound_watch_s.remove(deadline)
+        def expire() -> None:
             active = self._transfers.get(req.id)
             if active is not None and active[1] == tid:
                 link.cancel(tid)

@@ -7,7 +7,6 @@ shared ``num_prefill_lookahead_tokens`` from the config; none derives lookahead 
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -116,7 +115,6 @@ class Link:
     _service: float = 0.0
     _last_s: float = 0.0
     _gen: int = 0
-    next_done_s: float = math.inf  # when the next flow on this link completes
     bytes_moved: float = 0.0
     busy_s: float = 0.0
     samples: list[tuple[float, float]] = field(default_factory=list)
@@ -170,13 +168,11 @@ class Link:
         self.samples.append((self.env.now, self.bandwidth_bytes_per_s if self._flows else 0.0))
         head = self._head()
         if head is None:
-            self.next_done_s = math.inf
             return
         gen = self._gen
         tag, tid = head
         share = self.bandwidth_bytes_per_s / len(self._flows)
         delay = max(0.0, tag - self._service) / share
-        self.next_done_s = self.env.now + delay
         ev = self.env.timeout(delay)
         ev.callbacks.append(lambda _e: self._on_timer(gen, tid))
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
-from pdsim.engine.decode_run import decode_run
+from pdsim.engine.decode_run import DecodeRun, plan_decode_run
 from pdsim.engine.kvcache import BlockPool, KVLayout
 from pdsim.engine.request import Phase, Request
 from pdsim.perf.base import StepBatch
@@ -61,9 +61,6 @@ class Instance:
         self.layout = KVLayout.from_config(cfg, sched.block_size)
         self.pool = BlockPool(cfg.num_blocks(role))
         self.step_model = build_step_time_model(cfg, role)
-        # the shortest step this instance can take (a one-token prefill): a lower bound on
-        # how soon work arriving now can come out of it
-        self.min_step_s = self.step_model.step_time_s(StepBatch(1, 1.0, 0, 0, 0, 0))
         self.lookahead = cfg.num_prefill_lookahead_tokens  # the shared contract
         self.n_spec = cfg.speculative.num_speculative_tokens if role is not Role.PREFILL else 0
         self.decodes = role is not Role.PREFILL
@@ -115,7 +112,7 @@ class Instance:
         self._rows = (self.ctx, self.out, self.tgt, self.blocks, self.seg_first, self.n_drafts,
                       self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale,
                       self.akey, self.adraw, self.surv)
-        self._arange_n = np.arange(n)
+        self.arange_n = np.arange(n)
 
         # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
         # the workload's hash blocks; P and colocated instances only
@@ -133,16 +130,14 @@ class Instance:
         self.prefix_query_tokens = 0
         self.up = True
         self.epoch = 0  # bumped when the instance goes down, voiding the step in progress
-        self._pending: list[tuple[Request | None, int]] = []
-        self.max_run_steps = 64  # decode steps one vectorized run may take
-        self._run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
-        self._run_rows = np.arange(s)
-        self._last_dt = 0.01  # recent decode step time, to size a run
-        self.step_end_at = math.inf  # end of the step in progress (inf when idle)
-        # per inbound transfer, the earliest time it could change what this D does
-        # (while in setup: its start if it may fail then, else its earliest landing or
-        # timeout; once moving: its timeout deadline, the link covers its landing)
-        self.inbound_watch_s: list[float] = []
+        # decode runs (``decode_run``): the one being followed, the gate its process
+        # waits on, and the steps a run plans (sized by how long recent runs lasted)
+        self.active_run: DecodeRun | None = None
+        self._gate: simpy.Event | None = None
+        self.max_run_steps = 64
+        self.run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
+        self.run_rows = np.arange(s)
+        self._run_len_avg = 8.0
         # facts
         # per step: end time, and (start, end, prefill tokens, decode requests, KV blocks
         # used, running, waiting, receiving) as 8 flat doubles: compact at 100k+ steps
@@ -167,14 +162,12 @@ class Instance:
         self.waiting.append(req)
         self.notify()
 
-    @property
-    def idle_until_notified(self) -> bool:
-        """The engine loop is parked and nothing has woken it yet."""
-        return self._wake is not None and not self._wake.triggered
-
     def notify(self) -> None:
-        """Wake the engine loop if it is idle (something may now be schedulable)."""
-        if self._wake is not None and not self._wake.triggered:
+        """Something changed the instance from outside: wake the engine loop if it is
+        idle, or have the decode run it follows act at its next step boundary."""
+        if self.active_run is not None:
+            self.active_run.poke(self.env.now)
+        elif self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
     def kv_landed(self, req: Request) -> None:
@@ -212,6 +205,7 @@ class Instance:
         Returns (requests it was serving, requests pinned here for a D to read). The
         step in progress is voided (``epoch``); the loop idles until ``come_up``.
         """
+        self.flush_run()
         self.up = False
         self.epoch += 1
         last = self.step_count - 1
@@ -234,7 +228,6 @@ class Instance:
         self.pinned.clear()
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
-        self.step_end_at = math.inf
         self.notify()
         return served, pinned
 
@@ -242,12 +235,6 @@ class Instance:
         """The instance is back (empty: its KV and prefix cache were lost)."""
         self.up = True
         self.notify()
-
-    def lease_deadline_s(self, lease_s: float) -> float:
-        """Earliest lease expiry among pinned requests (pinned in P-end order)."""
-        for req in self.pinned.values():
-            return req.p_end_s + lease_s
-        return math.inf
 
     def release_pinned(self, req: Request) -> int:
         """P side: D has read (or the lease expired): free the request's blocks."""
@@ -262,38 +249,33 @@ class Instance:
     def run(self) -> Generator[simpy.Event, object, None]:
         """The engine loop (a SimPy process).
 
-        Pure-decode stretches run as vectorized decode runs: when nothing external can
-        happen before the horizon, the steps up to then are computed in one pass and
-        simulated time catches up afterwards. That is tried before scheduling (nothing
-        new to schedule) and again when the scheduler plans a pure-decode step (its
-        step is the run's first).
+        Pure-decode stretches go as decode runs (``decode_run``): planned in one pass when
+        the scheduler has nothing else to do (nothing waits, or it has just planned a
+        pure-decode step, the run's first), then followed boundary by boundary.
         """
         env = self.env
         while True:
-            if self.k and self.up:
-                ahead = self._decode_run()
-                if ahead > 0:
-                    yield from self._run_ahead(ahead)
+            if self.k and self.up and not self.waiting:
+                run = plan_decode_run(self)
+                if run is not None:
+                    yield from self._follow(run)
                     continue
             plan = (self._schedule() if self.up and (self.waiting or self.running)
                     else None)
             if plan is None and self._unblock_waiting():
                 continue
             if plan is None:
-                self.step_end_at = math.inf
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
                 continue
             if not plan.chunks:
-                ahead = self._decode_run()
-                if ahead > 0:
-                    yield from self._run_ahead(ahead)
+                run = plan_decode_run(self)
+                if run is not None:
+                    yield from self._follow(run)
                     continue
             dt = self.step_model.step_time_s(plan.batch)
-            self._last_dt = dt
             start = env.now
-            self.step_end_at = start + dt
             epoch = self.epoch
             yield env.timeout(dt)
             if epoch != self.epoch:
@@ -301,14 +283,46 @@ class Instance:
             self.busy_s += dt
             self._complete(plan, start)
 
-    def _run_ahead(self, ahead_s: float) -> Generator[simpy.Event, object, None]:
-        """Let simulated time catch up with a committed decode run."""
-        self.busy_s += ahead_s
-        self.step_end_at = self.env.now + ahead_s
-        epoch = self.epoch
-        yield self.env.timeout(ahead_s)
-        if epoch == self.epoch:
-            self._finish_pending()
+    def _follow(self, run: DecodeRun) -> Generator[simpy.Event, object, None]:
+        """Follow a decode run to its end, waking only at the boundaries it must act at."""
+        self.active_run = run
+        while True:
+            self._gate = gate = self.env.event()
+            run.wait_for(run.next_stop())
+            yield gate
+            if self.active_run is not run:
+                return  # committed early (the instance went down)
+            if run.at_boundary(run.target):
+                break
+        self._end_run(run)
+
+    def wake_run(self) -> None:
+        """The decode run reached a boundary it must act at: resume the loop."""
+        gate = self._gate
+        if gate is not None and not gate.triggered:
+            gate.succeed()
+
+    def flush_run(self) -> None:
+        """Commit the decode run being followed up to now (results are built, or the
+        instance goes down); the loop then moves on."""
+        run, gate = self.active_run, self._gate
+        if run is not None:
+            run.catch_up(self.env.now)
+            self._end_run(run)
+            if gate is not None and not gate.triggered:
+                gate.succeed()  # its process finds the run gone and moves on
+
+    def _end_run(self, run: DecodeRun) -> None:
+        self.active_run = None
+        self._gate = None
+        run.commit()
+        self._run_len_avg += 0.25 * (run.cur + 1 - self._run_len_avg)
+
+    def run_length_hint(self) -> int:
+        """Steps to plan a decode run for: about twice what recent runs lasted (planning
+        fewer only means another run; planning many more wastes work on steps an
+        outside event will cut off)."""
+        return max(4, min(self.max_run_steps, int(2 * self._run_len_avg) + 2))
 
     # --------------------------------------------------------------- schedule
 
@@ -414,16 +428,10 @@ class Instance:
         waiting = self.waiting
         while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = waiting.popleft()
-            params = req.kv_params
-            if params is not None and params.do_remote_prefill and not req.kv_from_remote:
-                # D: allocate blocks for the remote tokens, then wait for them to land.
-                nblk = layout.blocks_for(req.remote_tokens)
-                if not pool.allocate(req.id, nblk - pool.held(req.id)):
+            if self.awaits_remote_kv(req):
+                if not self.load_remote_kv(req):
                     waiting.appendleft(req)
                     break
-                req.phase = Phase.WAITING_FOR_REMOTE_KVS
-                self.receiving[req.id] = req
-                self.sim.start_kv_transfer(req, self)
                 continue
             hit = 0
             if self.prefix_cache is not None and req.num_computed == 0 and req.hash_ids:
@@ -467,6 +475,24 @@ class Instance:
             ctx_sum = repair = 0
         batch = StepBatch(prefill_tokens, pairs, k, k * q, ctx_sum, repair)
         return StepPlan(chunks, k, batch)
+
+    @staticmethod
+    def awaits_remote_kv(req: Request) -> bool:
+        """D: ``req`` was handed over and its KV has not been loaded yet."""
+        params = req.kv_params
+        return params is not None and params.do_remote_prefill and not req.kv_from_remote
+
+    def load_remote_kv(self, req: Request, reserve: int = 0) -> bool:
+        """D: allocate blocks for ``req``'s remote tokens and start loading them; False
+        (and no change) unless ``reserve`` blocks would still be free afterwards."""
+        pool = self.pool
+        extra = self.layout.blocks_for(req.remote_tokens) - pool.held(req.id)
+        if extra > pool.num_free - reserve or not pool.allocate(req.id, extra):
+            return False
+        req.phase = Phase.WAITING_FOR_REMOTE_KVS
+        self.receiving[req.id] = req
+        self.sim.start_kv_transfer(req, self)
+        return True
 
     def _preempt_tail(self) -> bool:
         """Preempt the lowest-priority running request (recompute); False if none."""
@@ -617,6 +643,11 @@ class Instance:
             stale[m] += 1.0 if lam is None else math.exp(-(dist - 1) / lam)
 
     def _release_slot(self, req: Request, last_step: int) -> None:
+        self.settle_slot(req, last_step)
+        self.vacate_slot(req.slot)
+
+    def settle_slot(self, req: Request, last_step: int) -> None:
+        """Copy the decode row's counters into ``req`` (its last step in the row given)."""
         s = req.slot
         if last_step >= self.seg_first[s]:
             req.segments.append([self.index, int(self.seg_first[s]), last_step])
@@ -627,6 +658,11 @@ class Instance:
         req.num_accepted_tokens += int(self.n_acc[s])
         if self.n_spec:
             req.accepted_per_pos += self.acc_pos[s, : self.n_spec]
+
+    def vacate_slot(self, s: int) -> None:
+        """Free decode row ``s``, keeping rows dense (the last row moves into it)."""
+        req = self.req_of_slot[s]
+        assert req is not None
         last = self.k - 1
         if s != last:  # keep rows dense: move the last row into the hole
             for arr in self._rows:
@@ -649,7 +685,7 @@ class Instance:
             emitted = a + 1
             self.n_drafts[:k] += 1
             self.n_acc[:k] += a
-            self.acc_pos[:k] += self._arange_n < a[:, None]
+            self.acc_pos[:k] += self.arange_n < a[:, None]
             if self.multi_module:
                 cache = self.cache_valid[:k]
                 garbage = self.prev_rej[:k] - 1 - cache
@@ -687,15 +723,3 @@ class Instance:
         self.pool.free(req.id)
         req.phase = Phase.DONE
         self.sim.finish(req, at_s)
-
-    def _decode_run(self) -> float:
-        """Run pure-decode steps ahead of the event loop (``decode_run.decode_run``)."""
-        return decode_run(self)
-
-    def _finish_pending(self) -> None:
-        """Finish the requests whose last token came in the final step of a decode run."""
-        pending, self._pending = self._pending, []
-        rows = sorted(((r.slot, step) for r, step in pending
-                       if r is not None and r.phase is Phase.DECODE), reverse=True)
-        for s, step in rows:
-            self._finish_row(s, step, self.env.now)

@@ -1,11 +1,13 @@
 """Decode runs are an optimisation, not a model: with them switched off (every decode
-step its own SimPy event) every request record comes out the same.
+step its own SimPy event) every request record, every step logged and every decode
+segment comes out the same.
 
-A decode run computes the pure-decode steps up to the next external event in one
-vectorized pass. Acceptance draws are counter-based per request, so the run sees the
-draws the steps would see one by one; step times are priced by the same arithmetic; only
-the order of float additions in the step end times differs (a cumulative sum instead of
-``now + dt`` step after step), hence the tolerance on times.
+A decode run plans pure-decode steps in one vectorized pass and is followed boundary by
+boundary, ending wherever scheduling step by step could differ. Acceptance draws are
+counter-based per request, so the run sees the draws the steps would see one by one; step
+times are priced by the same arithmetic; only the order of float additions in the step end
+times differs (a cumulative sum instead of ``now + dt`` step after step), hence the
+tolerance on times.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from rel_support import examples, small_cfg
@@ -30,7 +33,7 @@ CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
 
 def _step_by_step(cfg: SimConfig, monkeypatch: pytest.MonkeyPatch) -> Any:
     with monkeypatch.context() as m:
-        m.setattr(instance_module, "decode_run", lambda inst: 0.0)
+        m.setattr(instance_module, "plan_decode_run", lambda inst: None)
         return pdsim.simulate(cfg)
 
 
@@ -47,24 +50,32 @@ def _same(a: Any, b: Any) -> bool:
 def assert_same_records(cfg: SimConfig, monkeypatch: pytest.MonkeyPatch) -> int:
     """Run ``cfg`` with and without decode runs; the number of decode steps that ran
     inside runs (so a case can show it exercised them)."""
-    counted: list[int] = []
-    original = instance_module.decode_run
+    runs: list[Any] = []
+    original = instance_module.plan_decode_run
 
-    def counting(inst: Any) -> float:
-        before = len(inst.step_end_s)
-        ahead: float = original(inst)
-        counted.append(len(inst.step_end_s) - before)
-        return ahead
+    def recording(inst: Any) -> Any:
+        run = original(inst)
+        if run is not None:
+            runs.append(run)
+        return run
 
     with monkeypatch.context() as m:
-        m.setattr(instance_module, "decode_run", counting)
+        m.setattr(instance_module, "plan_decode_run", recording)
         fast = pdsim.simulate(cfg)
     slow = _step_by_step(cfg, monkeypatch)
     assert len(fast.records) == len(slow.records)
     for a, b in zip(fast.records, slow.records, strict=True):
         diff = {k: (a[k], b[k]) for k in a if not _same(a[k], b[k])}
         assert not diff, f"request {a.get('request_id', '?')}: {diff}"
-    return sum(counted)
+    # the step log too: what each step computed and the queues and blocks after it
+    for fi, si in zip(fast.instances, slow.instances, strict=True):
+        assert fi.step_log.shape == si.step_log.shape, fi.name
+        np.testing.assert_allclose(fi.step_log[:, :2], si.step_log[:, :2], rtol=1e-9,
+                                   err_msg=fi.name)
+        np.testing.assert_array_equal(fi.step_log[:, 2:], si.step_log[:, 2:], err_msg=fi.name)
+        assert math.isclose(fi.busy_s, si.busy_s, rel_tol=1e-9), fi.name
+    assert fast.segments == slow.segments
+    return sum(run.cur + 1 for run in runs)
 
 
 @pytest.mark.parametrize("name", CONFIGS)
