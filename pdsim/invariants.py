@@ -259,6 +259,10 @@ def _check_decode_slots(sim: Simulation, inst: Instance) -> None:
         if req.slot != s or req.phase is not Phase.DECODE:
             _fail(sim, f"{inst.name}: slot {s} holds request {req.id} (slot {req.slot}, "
                        f"{req.phase.value})")
+        drafts = int(inst.n_drafts[s])
+        pos = [int(x) for x in inst.acc_pos[s, :n]] if n else []
+        _check_spec(sim, f"{inst.name} slot {s} (request {req.id})", drafts, drafts * n,
+                    int(inst.n_acc[s]), pos)
         held = inst.pool.held(req.id)
         if int(inst.blocks[s]) != held:
             _fail(sim, f"{inst.name}: slot {s} mirrors {int(inst.blocks[s])} blocks, the pool "
@@ -269,10 +273,6 @@ def _check_decode_slots(sim: Simulation, inst: Instance) -> None:
         if int(inst.out[s]) > int(inst.tgt[s]):
             _fail(sim, f"{inst.name}: request {req.id} emitted {int(inst.out[s])} > target "
                        f"{int(inst.tgt[s])}")
-        drafts = int(inst.n_drafts[s])
-        pos = [int(x) for x in inst.acc_pos[s, :n]] if n else []
-        _check_spec(sim, f"{inst.name} slot {s} (request {req.id})", drafts, drafts * n,
-                    int(inst.n_acc[s]), pos)
     if seen != decoding:
         _fail(sim, f"{inst.name}: decode slots hold {sorted(seen)}, running decodes are "
                    f"{sorted(decoding)}")

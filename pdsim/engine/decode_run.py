@@ -1,4 +1,4 @@
-"""Decode runs: an instance's pure-decode steps, planned in one vectorized pass.
+"""Decode runs: an instance's decode steps, planned in vectorized passes.
 
 When an instance's scheduler has nothing but decode work, the steps it will take next
 (up to a cap, a block shortage or its last request finishing) are computed together with
@@ -9,18 +9,22 @@ follows the run, waking only at the step boundaries where something happens:
 - something outside changed the instance (any ``Instance.notify``: a request handed
   over, KV landed, a transfer failed): at the first boundary after the change the
   instance does what its scheduler would do there. Giving a handed-over request its
-  blocks and starting its transfer leaves the decode steps as they are, so the run goes
-  on; anything else (a prefill to admit, a block count it cannot vouch for) ends the run
-  at that boundary and the scheduler takes over.
+  blocks and starting its transfer leaves the decode steps as they are. Admitting a
+  request whose prompt completes in one chunk (D's recompute of the last prompt tokens
+  after its KV landed, a short prompt on a colocated instance) makes the next step a
+  mixed one, priced as such; when it ends, the request joins the run as a new row and
+  the steps after it are re-priced. Anything else (a prompt that needs several chunks,
+  a block count the run cannot vouch for, prefix-cache lookups) ends the run at that
+  boundary and the scheduler takes over.
 
 Nothing about the outside world is predicted: a run stops wherever scheduling step by
 step could differ, so it is exact by construction
-(``tests/reliability/test_rel_decode_runs.py`` checks it on every shipped config and on
-random ones). A run is committed (rows' state, block growth, the step log) when it ends;
-until then the rows hold their state from its start, and rows whose requests finished
-wait in ``finished_rows`` to be vacated. Acceptance draws are counter-based per request
-(``AcceptanceSampler``), so the steps see exactly the draws the same steps taken one by
-one would.
+(``tests/reliability/test_rel_decode_runs.py`` checks every request record and every
+logged step on every shipped config and on random ones). A run is committed (rows' state,
+block growth, the step log) when it ends; until then the rows hold their state from when
+they entered it, and rows whose requests finished wait in ``finished_rows`` to be
+vacated. Acceptance draws are counter-based per request (``AcceptanceSampler``), so the
+steps see exactly the draws the same steps taken one by one would.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pdsim.engine.request import Phase
-from pdsim.perf.base import decode_step_times_s
+from pdsim.engine.request import Phase, Request
+from pdsim.perf.base import StepBatch, decode_step_times_s
 
 if TYPE_CHECKING:
     from pdsim.engine.instance import Instance
@@ -41,84 +45,103 @@ class DecodeRun:
     """The planned steps of one decode run and how far the instance has followed them.
 
     Steps are indexed 0..num_steps-1 from the run's start; boundary ``j`` is the end of
-    step ``j``. ``cur`` is the last boundary the instance has reached.
+    step ``j``; ``cur`` is the last boundary reached. Columns of the (steps x columns)
+    arrays are the instance's decode rows: those it had at the start, then the rows that
+    joined, in order. Per column: accepted drafts per step (``accepted``), tokens emitted
+    by the end of each step (``cum``), whether it decodes in each step (``act``, from its
+    first step ``start`` to its finishing step ``fstep``; ``fstep`` is the step count when
+    it does not finish in the window) and the blocks it holds during each step (``need``,
+    never less than at its start, kept after it finishes: an upper bound).
     """
 
-    def __init__(self, inst: Instance, num_steps: int, ends_rel: np.ndarray,
-                 accepted: np.ndarray | None, cum: np.ndarray, fstep: np.ndarray,
-                 act: np.ndarray, need: np.ndarray, k_j: np.ndarray,
-                 growth_blocks: int) -> None:
+    def __init__(self, inst: Instance, steps: int, max_steps: int, accepted: np.ndarray | None,
+                 cum: np.ndarray, act: np.ndarray, need: np.ndarray, fstep: np.ndarray,
+                 k_j: np.ndarray, ctx_sum: np.ndarray, repair: np.ndarray) -> None:
         self.inst = inst
-        self.num_steps = num_steps
+        k = inst.k
+        K = len(k_j)
+        self.K = K
+        self.q = 1 + inst.n_spec
+        self.num_steps = steps
+        self.max_steps = max_steps  # how far joining rows may extend the run
         self.t0 = inst.env.now
-        self.ends_rel = ends_rel
-        self.ends = (ends_rel + self.t0).tolist()
-        self.accepted = accepted
-        self.cum = cum
-        self.fstep = fstep
-        self.act = act
-        self.need = need
-        self.k_j = k_j
-        self.k = inst.k
-        self.held0 = inst.blocks[: self.k].copy()
         self.base = inst.step_count
-        self.running_other = len(inst.running) - self.k
-        # blocks the rows may still take (finished rows counted until the end: an upper
-        # bound), reserved against hand-overs admitted during the run
-        self.growth_blocks = growth_blocks
-        self.held_alive = int(self.held0.sum())
-        # finishing steps in order, each with its rows (highest first, as step by step)
-        done = np.flatnonzero(fstep < num_steps)
-        order = np.lexsort((-done, fstep[done]))
-        self._finishes: list[tuple[int, list[int]]] = []
-        for s in done[order].tolist():
-            f = int(fstep[s])
-            if self._finishes and self._finishes[-1][0] == f:
-                self._finishes[-1][1].append(s)
-            else:
-                self._finishes.append((f, [s]))
-        self._next_finish = 0
+        # per step: decode rows, their context, drafter repair, prefill chunks, times
+        self.k_j = k_j
+        self.ctx_sum = ctx_sum
+        self.repair = repair
+        self.prefill = np.zeros(K, dtype=np.int64)
+        self.pairs = np.zeros(K, dtype=np.float64)
+        self.dts = np.zeros(K, dtype=np.float64)
+        self.ends_rel = np.zeros(K, dtype=np.float64)
+        self.ends: list[float] = []
+        # per column
+        cap = inst.row_capacity
+        self.ncols = k
+        self.accepted = _widen(accepted, cap) if accepted is not None else None
+        self.cum = _widen(cum, cap)
+        self.act = _widen(act, cap)
+        self.need = _widen(need, cap)
+        self.fstep = np.full(cap, K, dtype=np.int64)
+        self.fstep[:k] = fstep
+        self.start = np.zeros(cap, dtype=np.int64)
+        self.held0 = np.zeros(cap, dtype=np.int64)
+        self.held0[:k] = inst.blocks[:k]
+        self.held_alive = int(self.held0[:k].sum())  # blocks the unfinished columns held
+        self.alive_cols = k
+        # blocks the columns may still take, reserved against what is admitted mid-run
+        self.reserve = int(need[steps - 1].sum()) - self.held_alive
+        # finishing steps, each with its columns (highest first, as step by step)
+        self._finishes: dict[int, list[int]] = {}
+        for s in np.flatnonzero(fstep < steps)[::-1].tolist():
+            self._finishes.setdefault(int(fstep[s]), []).append(s)
+        self._finish_steps = sorted(self._finishes)
+        self._chunks: list[tuple[Request, int]] = []  # admitted for step cur + 1
         self.finished_rows: list[int] = []
         self.cur = -1
         self.target = -1
-        self.dirty = num_steps  # first boundary with an outside change to act on
+        self.dirty = steps  # first boundary with an outside change to act on
         self.handling = True  # the instance is acting at a boundary (not waiting)
         self.poked = False  # an outside change came while it was
+        self._gen = 0  # bumped when step times change: earlier wake-ups are void
         self._armed: set[int] = set()
-        # queue depths and blocks held outside the rows, for the step log: the state at
-        # the start, then (boundary, before acting, after acting) at each boundary reached
+        # queue depths, blocks held outside the columns and running requests that are not
+        # decoding columns, for the step log: at the start, then (boundary, before
+        # acting, after acting) at each boundary reached
         self._state0 = self._state()
-        self._snaps: list[tuple[int, tuple[int, int, int], tuple[int, int, int]]] = []
+        self._snaps: list[tuple[int, tuple[int, int, int, int], tuple[int, int, int, int]]] = []
+        self._retime(0)
 
     # ------------------------------------------------------------ following
 
     def next_stop(self) -> int:
         """The next boundary the instance must wake at."""
         j = min(self.dirty, self.num_steps - 1)
-        if self._next_finish < len(self._finishes):
-            j = min(j, self._finishes[self._next_finish][0])
+        fs = self._finish_steps
+        i = bisect.bisect_right(fs, self.cur)
+        if i < len(fs):
+            j = min(j, fs[i])
         return j
 
     def wait_for(self, j: int) -> None:
         """The instance now waits for boundary ``j``."""
         self.target = j
         self.handling = False
-        self._arm(j)
-
-    def _arm(self, j: int) -> None:
         if j in self._armed:
             return
         self._armed.add(j)
         env = self.inst.env
+        gen = self._gen
         ev = env.timeout(max(0.0, self.ends[j] - env.now))
-        ev.callbacks.append(lambda _e: self._fire(j))
+        ev.callbacks.append(lambda _e: self._fire(gen, j))
 
-    def _fire(self, j: int) -> None:
+    def _fire(self, gen: int, j: int) -> None:
+        if gen != self._gen:
+            return
         self._armed.discard(j)
-        inst = self.inst
-        if inst.active_run is self and self.target == j and not self.handling:
+        if self.inst.active_run is self and self.target == j and not self.handling:
             self.handling = True
-            inst.wake_run()
+            self.inst.wake_run()
 
     def poke(self, now: float) -> None:
         """Something outside changed the instance at ``now``: act at the next boundary."""
@@ -128,35 +151,7 @@ class DecodeRun:
         j = min(bisect.bisect_left(self.ends, now, self.cur + 1), self.num_steps - 1)
         self.dirty = min(self.dirty, j)
         if j < self.target:
-            self.target = j
-            self._arm(j)
-
-    def at_boundary(self, j: int) -> bool:
-        """The instance reached boundary ``j``: finish what finished there and act as its
-        scheduler would. True when the run ends here."""
-        self.cur = j
-        finished = False
-        if self._next_finish < len(self._finishes) and self._finishes[self._next_finish][0] == j:
-            rows = self._finishes[self._next_finish][1]
-            self._next_finish += 1
-            for s in rows:
-                self._finish_row(s, j)
-            finished = True
-        before = self._state()
-        if j == self.num_steps - 1:
-            self._snaps.append((j, before, before))
-            return True
-        ok = True
-        if self.dirty <= j or finished or self.poked:
-            self.dirty = self.num_steps
-            self.poked = False
-            if self.inst.waiting:
-                ok = self._admit_transfers(j)
-        self._snaps.append((j, before, self._state()))
-        if self.poked:  # changed while acting: look again at the next boundary
-            self.poked = False
-            self.dirty = j + 1
-        return not ok
+            self.wait_for(j)
 
     def catch_up(self, now: float) -> None:
         """Count the steps that ended by ``now`` as reached (they needed no action: the
@@ -164,42 +159,200 @@ class DecodeRun:
         reached = bisect.bisect_right(self.ends, now) - 1
         self.cur = max(self.cur, min(reached, self.next_stop() - 1))
 
-    def _state(self) -> tuple[int, int, int]:
+    def at_boundary(self, j: int) -> bool:
+        """The instance reached boundary ``j``: apply what step ``j`` finished and act as
+        its scheduler would. True when the run ends here."""
         inst = self.inst
-        return (len(inst.waiting), len(inst.receiving), inst.pool.num_used - self.held_alive)
+        self.cur = j
+        now = self.ends[j]
+        joined = self._chunks
+        self._chunks = []
+        for req, n in joined:  # prompts completed by a mixed step come first, as step by step
+            inst.complete_chunk(req, n, self.base + j, now)
+        finished = j in self._finishes
+        if finished:
+            for s in self._finishes[j]:
+                self._finish_row(s, j)
+        before = self._state()
+        ok = True
+        for req, _ in joined:
+            if req.slot >= 0 and not self._join(req, j):
+                ok = False
+        if j >= self.num_steps - 1 or not ok:
+            self._snaps.append((j, before, before))
+            return True
+        if self.dirty <= j or finished or joined or self.poked:
+            self.dirty = self.num_steps
+            self.poked = False
+            if inst.waiting:
+                ok = self._admit(j)
+        self._snaps.append((j, before, self._state()))
+        if self.poked:  # changed while acting: look again at the next boundary
+            self.poked = False
+            self.dirty = j + 1
+        return not ok
 
-    def _admit_transfers(self, j: int) -> bool:
-        """The scheduler's admission loop at boundary ``j``, as far as it keeps the decode
-        steps unchanged: hand-overs get their blocks and start loading. False when it would
-        do anything else (the run must end here)."""
+    def _state(self) -> tuple[int, int, int, int]:
+        inst = self.inst
+        return (len(inst.waiting), len(inst.receiving), inst.pool.num_used - self.held_alive,
+                len(inst.running) - self.alive_cols)
+
+    # ------------------------------------------------------------ acting
+
+    def _admit(self, j: int) -> bool:
+        """The scheduler's admission loop at boundary ``j``, as far as the run can follow
+        it: hand-overs get their blocks and start loading; a prompt that one chunk
+        completes is admitted into step ``j + 1``. False when it would do anything else
+        (the run must end here)."""
         inst = self.inst
         waiting = inst.waiting
-        budget = inst.max_batched_tokens - int(self.k_j[j + 1]) * (1 + inst.n_spec)
+        pool, layout = inst.pool, inst.layout
+        budget = inst.max_batched_tokens - int(self.k_j[j + 1]) * self.q
+        chunks = self._chunks
         while waiting and budget > 0 and len(inst.running) < inst.max_num_seqs:
             req = waiting[0]
-            if not inst.awaits_remote_kv(req):
+            if inst.awaits_remote_kv(req):
+                if not inst.load_remote_kv(req, reserve=self.reserve):
+                    return False  # it might fit step by step: let the scheduler decide
+                waiting.popleft()
+                continue
+            if inst.prefix_cache is not None or inst.k + len(chunks) >= inst.row_capacity:
                 return False
-            if not inst.load_remote_kv(req, reserve=self.growth_blocks):
-                return False  # it might fit step by step: let the scheduler decide
+            n = inst.chunk_tokens(req, budget)
+            if n <= 0 or req.num_computed + n < req.seq_tokens:
+                return False  # not one final chunk
+            extra = layout.blocks_for(inst.prefill_target_tokens(req, n)) - pool.held(req.id)
+            if extra > pool.num_free - self.reserve:
+                return False
             waiting.popleft()
+            pool.allocate(req.id, extra)
+            inst.start_prefill(req)
+            chunks.append((req, n))
+            budget -= n
+            self.prefill[j + 1] += n
+            self.pairs[j + 1] += n * (req.num_computed + (n + 1) / 2)
+        if chunks:
+            self._retime(j + 1, j + 2)  # only the mixed step's price changes
+            self.dirty = min(self.dirty, j + 1)
         return True
 
+    def _join(self, req: Request, j: int) -> bool:
+        """``req`` entered decode at boundary ``j`` (a new row, the instance's last): make
+        it a column from step ``j + 1`` and re-price the steps. False if it cannot be one
+        (the run must end here)."""
+        inst = self.inst
+        c = req.slot
+        s = j + 1
+        K = self.K
+        n = inst.n_spec
+        if c != self.ncols or s >= self.max_steps:
+            return False
+        if inst.multi_module and inst.cache_valid[c] < n - 1:
+            return False
+        stale = bool(n) and bool(inst.stale[c].any())
+        if stale and inst.decay_tokens is not None:
+            return False
+        steps = K - s
+        if n:
+            a = inst.sampler.draw_steps(steps, inst.akey[c:c + 1],
+                                        inst.adraw[c:c + 1] + inst.n_drafts[c:c + 1],
+                                        inst.surv[c:c + 1] if stale else None)[:, 0]
+            e = a + 1
+        else:
+            e = np.ones(steps, dtype=np.int64)
+        cum = e.cumsum()
+        f = int((cum < inst.tgt[c] - inst.out[c]).sum())  # its finishing step, from s
+        act = np.zeros(steps, dtype=bool)
+        act[: f + 1] = True
+        ctx = cum - e
+        ctx += inst.ctx[c]
+        held = int(inst.blocks[c])
+        need = inst.layout.blocks_for_array(ctx + self.q)
+        np.maximum(need, held, out=need)
+        need *= act
+        np.maximum.accumulate(need, out=need)
+        steps_new = min(self.max_steps, max(self.num_steps, s + f + 1))
+        grow = int(need[steps_new - 1 - s]) - held
+        if grow > inst.pool.num_free - self.reserve:
+            return False
+        # the column
+        self.ncols = c + 1
+        if n:
+            assert self.accepted is not None
+            self.accepted[s:, c] = a
+        self.cum[s:, c] = cum
+        self.act[s:, c] = act
+        self.need[s:, c] = need
+        self.fstep[c] = s + f
+        self.start[c] = s
+        self.held0[c] = held
+        self.held_alive += held
+        self.alive_cols += 1
+        self.reserve += grow
+        if s + f < steps_new:
+            if s + f not in self._finishes:
+                bisect.insort(self._finish_steps, s + f)
+            self._finishes.setdefault(s + f, []).insert(0, c)
+        # the steps it takes part in
+        self.k_j[s:] += act
+        self.ctx_sum[s:] += ctx * act
+        if inst.multi_module:
+            # the step that ended its prefill rejected nothing; then as in planning
+            self.repair[s + 1:] += np.maximum(n - 1 - a[:-1], 0) * act[1:]
+        self.num_steps = steps_new
+        self._retime(s)
+        return self.num_steps > s
+
+    def _retime(self, lo: int, hi: int | None = None) -> None:
+        """Price steps ``lo``..``hi`` again (default: all from ``lo``) and move the ends of
+        the steps from ``lo`` on (and any wake-up armed for them); none may end after the
+        next scheduled fault (a step in progress then must stay undone until it strikes).
+        """
+        inst = self.inst
+        m = self.num_steps
+        hi = m if hi is None else min(hi, m)
+        q = self.q
+        k_j = self.k_j
+        if hi - lo > 1 or not self.prefill[lo]:
+            self.dts[lo:hi] = decode_step_times_s(inst.step_model, k_j[lo:hi], k_j[lo:hi] * q,
+                                                  self.ctx_sum[lo:hi], self.repair[lo:hi])
+        for j in np.flatnonzero(self.prefill[lo:hi]).tolist():
+            j += lo
+            kj = int(k_j[j])
+            self.dts[j] = inst.step_model.step_time_s(StepBatch(
+                int(self.prefill[j]), float(self.pairs[j]), kj, kj * q, int(self.ctx_sum[j]),
+                int(self.repair[j])))
+        ends = self.ends_rel
+        ends[lo:m] = self.dts[lo:m].cumsum()
+        if lo:
+            ends[lo:m] += ends[lo - 1]
+        fault_in = inst.sim.faults.next_scheduled_after(self.t0) - self.t0
+        if ends[m - 1] > fault_in:
+            self.num_steps = m = max(self.cur + 1, int(np.searchsorted(
+                ends[:m], fault_in, side="right")))
+        self.ends = (ends[:m] + self.t0).tolist()
+        if lo:
+            self._gen += 1
+            self._armed.clear()
+
     def _finish_row(self, s: int, j: int) -> None:
-        """Row ``s`` emitted its last token in step ``j``: settle it and finish its request
-        now, as step by step; the row is vacated when the run is committed."""
+        """Column ``s`` emitted its last token in step ``j``: settle it and finish its
+        request now, as step by step; its row is vacated when the run is committed."""
         inst = self.inst
         req = inst.req_of_slot[s]
         assert req is not None
         inst.out[s] = inst.tgt[s]
         a = self.accepted
         if a is not None:
-            per_pos = (a[: j + 1, s, None] > inst.arange_n).sum(axis=0)
-            inst.n_drafts[s] += j + 1
-            inst.n_acc[s] += int(per_pos.sum())
+            lo = int(self.start[s])
+            per_pos = (a[lo: j + 1, s, None] > inst.arange_n).sum(axis=0)
+            inst.n_drafts[s] += j + 1 - lo
+            inst.n_acc[s] += int(a[lo: j + 1, s].sum())
             inst.acc_pos[s] += per_pos
         inst.settle_slot(req, self.base + j)
         inst.running.remove(req)
         self.held_alive -= int(self.held0[s])
+        self.alive_cols -= 1
         inst.pool.free(req.id)
         req.phase = Phase.DONE
         self.finished_rows.append(s)
@@ -211,27 +364,30 @@ class DecodeRun:
         """Apply the steps up to the last boundary reached to the rows, the pool and the
         step log; vacate the finished rows."""
         m = self.cur + 1
-        inst = self.inst
-        k = self.k
         if m <= 0:
             return
-        fstep, cum, need, held0 = self.fstep, self.cum, self.need, self.held0
-        last = np.minimum(fstep, m - 1)  # last step each row takes part in
+        inst = self.inst
+        k = self.ncols
+        fstep, need, held0 = self.fstep[:k], self.need, self.held0[:k]
+        act = self.act[:m, :k]
+        last = np.minimum(fstep, m - 1)  # last step each column takes part in (if any)
         cols = inst.run_rows[:k]
-        emitted = cum[last, cols]
+        emitted = self.cum[last, cols]
         out = inst.out[:k]
         np.minimum(out + emitted, inst.tgt[:k], out=out)
         inst.ctx[:k] += emitted
         a = self.accepted
-        n = inst.n_spec
         if a is not None:
-            am = a[:m] * self.act[:m]
+            n = inst.n_spec
+            am = a[:m, :k] * act
             per_pos = (am[:, :, None] > inst.arange_n).sum(axis=0)
-            inst.n_drafts[:k] += last + 1
-            inst.n_acc[:k] += per_pos.sum(axis=1)
+            took = act.sum(axis=0)
+            inst.n_drafts[:k] += took
+            inst.n_acc[:k] += am.sum(axis=0)
             inst.acc_pos[:k] += per_pos
             if inst.multi_module:
-                inst.prev_rej[:k] = n - a[last, cols]
+                rej = inst.prev_rej[:k]
+                np.copyto(rej, n - a[last, cols], where=took > 0)
         final_need = need[last, cols]
         grow = np.flatnonzero((final_need > held0) & (fstep >= m))
         if len(grow):
@@ -240,39 +396,47 @@ class DecodeRun:
             ok = inst.pool.allocate_many(owners, (final_need[grow] - held0[grow]).tolist())
             assert ok, "a decode run outgrew the free blocks it checked"
             inst.blocks[grow] = final_need[grow]
-        self._log(m)
+        self._log(m, act)
         for s in sorted(self.finished_rows, reverse=True):
             inst.vacate_slot(s)
         inst.busy_s += float(self.ends_rel[m - 1])
 
-    def _log(self, m: int) -> None:
-        """Per step: start, end, prefill tokens (0), decode rows, KV blocks in use,
-        running, waiting and receiving after the step, as step by step logs them."""
+    def _log(self, m: int, act: np.ndarray) -> None:
+        """Per step: start, end, prefill tokens, decode rows, KV blocks in use, running,
+        waiting and receiving after the step, as step by step logs them."""
         inst = self.inst
-        alive = inst.run_steps[:m] < self.fstep  # still running after step j
+        k = self.ncols
+        alive = act & (inst.run_steps[:m] < self.fstep[:k])  # still running after step j
         log = np.empty((m, 8))
         log[:, 1] = self.ends_rel[:m]
         log[:, 1] += self.t0
         log[0, 0] = self.t0
         log[1:, 0] = log[:-1, 1]
-        log[:, 2] = 0
+        log[:, 2] = self.prefill[:m]
         log[:, 3] = self.k_j[:m]
-        log[:, 4] = (self.need[:m] * alive).sum(axis=1)
+        log[:, 4] = (self.need[:m, :k] * alive).sum(axis=1)
         log[:, 5] = alive.sum(axis=1)
-        log[:, 5] += self.running_other
-        queues = np.empty((m, 3))
-        queues[:] = self._state0
+        state = np.empty((m, 4))
+        state[:] = self._state0
         for j, before, after in self._snaps:
-            queues[j] = before
-            queues[j + 1:] = after
-        log[:, 4] += queues[:, 2]
-        log[:, 6:8] = queues[:, :2]
+            state[j] = before
+            state[j + 1:] = after
+        log[:, 4] += state[:, 2]
+        log[:, 5] += state[:, 3]
+        log[:, 6:8] = state[:, :2]
         inst.step_end_s.frombytes(log[:, 1].tobytes())
         inst.step_log.frombytes(log.tobytes())
 
 
+def _widen(arr: np.ndarray, cols: int) -> np.ndarray:
+    """``arr`` (steps x k) in a zeroed (steps x cols) array, room for joining columns."""
+    out = np.zeros((arr.shape[0], cols), dtype=arr.dtype)
+    out[:, : arr.shape[1]] = arr
+    return out
+
+
 def plan_decode_run(inst: Instance) -> DecodeRun | None:
-    """Plan the instance's next pure-decode steps, or None when they cannot be planned.
+    """Plan the instance's next decode steps, or None when they cannot be planned.
 
     Call it only where the scheduler would take a pure-decode step now (it has just
     planned one, or nothing waits). Not planned: no decode rows, a prefill running,
@@ -289,20 +453,17 @@ def plan_decode_run(inst: Instance) -> DecodeRun | None:
     has_stale = bool(n) and bool(inst.stale[:k].any())
     if has_stale and inst.decay_tokens is not None:
         return None
-    env = inst.env
     K = inst.run_length_hint()
     out0 = inst.out[:k]
     tgt = inst.tgt[:k]
     q = 1 + n
     steps = inst.run_steps[:K]
+    a: np.ndarray | None = None
     if n:
-        a: np.ndarray | None = inst.sampler.draw_steps(
-            K, inst.akey[:k], inst.adraw[:k] + inst.n_drafts[:k],
-            inst.surv[:k] if has_stale else None)
-        assert a is not None
+        a = inst.sampler.draw_steps(K, inst.akey[:k], inst.adraw[:k] + inst.n_drafts[:k],
+                                    inst.surv[:k] if has_stale else None)
         e = a + 1
     else:
-        a = None
         e = np.ones((K, k), dtype=np.int64)
     cum = e.cumsum(axis=0)  # tokens each row has emitted after step j
     # cum rises every step: the steps before a row's finishing step are those with
@@ -321,33 +482,20 @@ def plan_decode_run(inst: Instance) -> DecodeRun | None:
         repair[0] = np.maximum(inst.prev_rej[:k] - 1, 0).sum()
         if K > 1:
             repair[1:] = (np.maximum(n - 1 - a[:-1], 0) * act[1:]).sum(axis=1)
-    # never past the step in which the last row finishes: no empty steps
+    # never past the step in which the last row finishes (no empty steps) unless rows
+    # join; never past a block shortage
     limit = min(K, int(fstep.max()) + 1)
-    # blocks each row holds during step j, never less than now (a finished row keeps its
-    # last count: an upper bound): non-decreasing in j, so one check finds the first
-    # shortage
+    max_steps = K
     held0 = inst.blocks[:k]
     need = inst.layout.blocks_for_array(ctx_start + q)
     np.maximum(need, held0, out=need)
     need *= act
     np.maximum.accumulate(need, axis=0, out=need)
     need_total = need.sum(axis=1)
-    held_sum = int(held0.sum())
-    capacity = inst.pool.num_free + held_sum
+    capacity = inst.pool.num_free + int(held0.sum())
     if need_total[limit - 1] > capacity:
-        limit = int(np.searchsorted(need_total, capacity, side="right"))
+        limit = max_steps = int(np.searchsorted(need_total, capacity, side="right"))
         if limit == 0:
             return None
-    dts = decode_step_times_s(inst.step_model, k_j[:limit], k_j[:limit] * q,
-                              ctx_sum[:limit], repair[:limit])
-    ends_rel = dts.cumsum()
-    # a step in progress when a scheduled fault strikes must stay undone until then, so
-    # none may end after one
-    m = limit
-    fault_in = inst.sim.faults.next_scheduled_after(env.now) - env.now
-    if fault_in < ends_rel[-1]:
-        m = int(np.searchsorted(ends_rel, fault_in, side="right"))
-        if m == 0:
-            return None
-    return DecodeRun(inst, m, ends_rel[:m], a, cum, fstep, act, need, k_j,
-                     int(need_total[m - 1]) - held_sum)
+    run = DecodeRun(inst, limit, max_steps, a, cum, act, need, fstep, k_j, ctx_sum, repair)
+    return run if run.num_steps > 0 else None

@@ -87,7 +87,9 @@ class Instance:
 
         # decode-phase arrays: rows 0..k-1 hold the k decoding requests (kept dense, so a
         # step works on views, never on gathered copies)
-        s = self.max_num_seqs
+        # capacity twice the batch limit: rows finished inside a decode run keep their
+        # slots until it commits, while new rows join behind them
+        s = 2 * self.max_num_seqs
         self.k = 0
         self.req_of_slot: list[Request | None] = [None] * s
         self.ctx = np.zeros(s, dtype=np.int64)
@@ -137,6 +139,7 @@ class Instance:
         self.max_run_steps = 64
         self.run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
         self.run_rows = np.arange(s)
+        self.row_capacity = s
         self._run_len_avg = 8.0
         # facts
         # per step: end time, and (start, end, prefill tokens, decode requests, KV blocks
@@ -355,7 +358,8 @@ class Instance:
                 return True
         return False
 
-    def _chunk(self, req: Request, budget: int) -> int:
+    def chunk_tokens(self, req: Request, budget: int) -> int:
+        """Prompt tokens of ``req`` the next step may compute within ``budget``."""
         remaining = req.seq_tokens - req.num_computed
         n = min(remaining, budget)
         if self.long_prefill_threshold is not None:
@@ -370,7 +374,9 @@ class Instance:
                 n = remaining - la
         return max(n, 0)
 
-    def _prefill_target_tokens(self, req: Request, n: int) -> int:
+    def prefill_target_tokens(self, req: Request, n: int) -> int:
+        """Tokens ``req`` holds KV for once a chunk of ``n`` is computed (plus room for the
+        sampled token and the first drafts when it then decodes here)."""
         end = req.num_computed + n
         if end >= req.seq_tokens and self.decodes:
             end += 1 + self.n_spec  # room for the sampled token and the first drafts
@@ -405,10 +411,10 @@ class Instance:
                 break
             if req.phase is not Phase.PREFILL:
                 continue
-            n = self._chunk(req, budget)
+            n = self.chunk_tokens(req, budget)
             if n <= 0:
                 continue
-            extra = layout.blocks_for(self._prefill_target_tokens(req, n)) - pool.held(req.id)
+            extra = layout.blocks_for(self.prefill_target_tokens(req, n)) - pool.held(req.id)
             while extra > pool.num_free:
                 if self._reclaim_waiting_kv():
                     continue
@@ -437,12 +443,12 @@ class Instance:
             if self.prefix_cache is not None and req.num_computed == 0 and req.hash_ids:
                 hit = self._prefix_hit(req)
                 req.num_computed = hit
-            n = self._chunk(req, budget)
+            n = self.chunk_tokens(req, budget)
             if n <= 0:
                 req.num_computed -= hit
                 skipped.append(req)
                 break
-            extra = layout.blocks_for(self._prefill_target_tokens(req, n)) - pool.held(req.id)
+            extra = layout.blocks_for(self.prefill_target_tokens(req, n)) - pool.held(req.id)
             if not pool.allocate(req.id, extra):
                 req.num_computed -= hit
                 waiting.appendleft(req)
@@ -451,11 +457,7 @@ class Instance:
                 self.prefix_query_tokens += req.seq_tokens
                 self.prefix_hit_tokens += hit
                 req.prefix_hit_tokens += hit
-            req.phase = Phase.PREFILL
-            self.running.append(req)
-            self.prefilling.append(req)
-            if self.role is Role.PREFILL and math.isnan(req.p_start_s):
-                req.p_start_s = self.env.now
+            self.start_prefill(req)
             chunks.append((req, n))
             budget -= n
         for req in reversed(skipped):
@@ -475,6 +477,14 @@ class Instance:
             ctx_sum = repair = 0
         batch = StepBatch(prefill_tokens, pairs, k, k * q, ctx_sum, repair)
         return StepPlan(chunks, k, batch)
+
+    def start_prefill(self, req: Request) -> None:
+        """``req`` was admitted with its first chunk (its blocks allocated)."""
+        req.phase = Phase.PREFILL
+        self.running.append(req)
+        self.prefilling.append(req)
+        if self.role is Role.PREFILL and math.isnan(req.p_start_s):
+            req.p_start_s = self.env.now
 
     @staticmethod
     def awaits_remote_kv(req: Request) -> bool:
@@ -531,17 +541,21 @@ class Instance:
         self.step_end_s.append(now)
         b = plan.batch
         for req, n in plan.chunks:
-            if req.phase is not Phase.PREFILL:
-                continue
-            req.num_computed += n
-            if req.num_computed >= req.seq_tokens:
-                req.final_chunk_tokens = n
-                self._prefill_done(req, step, now)
+            self.complete_chunk(req, n, step, now)
         if plan.num_decode:
             self._decode_step(plan.num_decode, step, now)
         self.step_log.extend((start_s, now, b.prefill_tokens, b.decode_requests,
                               self.pool.num_used, len(self.running), len(self.waiting),
                               len(self.receiving)))
+
+    def complete_chunk(self, req: Request, n: int, step: int, now: float) -> None:
+        """Step ``step`` computed ``n`` more prompt tokens of ``req``."""
+        if req.phase is not Phase.PREFILL:
+            return
+        req.num_computed += n
+        if req.num_computed >= req.seq_tokens:
+            req.final_chunk_tokens = n
+            self._prefill_done(req, step, now)
 
     def _cacheable_blocks(self, req: Request) -> int:
         tokens = min(req.seq_tokens, req.prompt_tokens) - self.uncacheable_tail

@@ -52,7 +52,7 @@ def decode_entries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[DecodeEntry
 @pytest.fixture(scope="session")
 def chunk_of() -> Callable[..., int]:
     """``chunk_of(cfg, role, prompt_tokens, computed, budget)``: the prefill chunk the
-    scheduler of a ``role`` instance picks for a crafted request (``Instance._chunk``)."""
+    scheduler of a ``role`` instance picks for a crafted request (``Instance.chunk_tokens``)."""
     sims: dict[int, tuple[SimConfig, Simulation]] = {}
 
     def chunk(cfg: SimConfig, role: Role, prompt_tokens: int, computed: int,
@@ -64,7 +64,7 @@ def chunk_of() -> Callable[..., int]:
         inst = sim.by_role[role][0]
         req = Request(10**6, 0.0, prompt_tokens, 8, cfg.speculative.num_speculative_tokens)
         req.num_computed = computed
-        return int(inst._chunk(req, budget))
+        return int(inst.chunk_tokens(req, budget))
 
     return chunk
 
