@@ -166,7 +166,7 @@ def build_results(sim: Simulation) -> Results:
     """Collect the facts of a finished (or interrupted) simulation."""
     inst_facts = []
     for inst in sim.instances:
-        inst.flush_run()  # a decode run being followed commits its steps so far
+        inst.end_run()  # a decode run being followed commits its steps so far
         log = np.frombuffer(inst.step_log, dtype=np.float64).reshape(-1, 8).copy()
         inst_facts.append(InstanceFacts(
             name=inst.name, role=inst.role.value, num_blocks=inst.pool.num_blocks,

@@ -110,6 +110,7 @@ class DecodeRun:
         # acting, after acting) at each boundary reached
         self._state0 = self._state()
         self._snaps: list[tuple[int, tuple[int, int, int, int], tuple[int, int, int, int]]] = []
+        self.fault_in = inst.sim.faults.next_scheduled_after(self.t0) - self.t0
         self._retime(0)
 
     # ------------------------------------------------------------ following
@@ -139,9 +140,13 @@ class DecodeRun:
         if gen != self._gen:
             return
         self._armed.discard(j)
-        if self.inst.active_run is self and self.target == j and not self.handling:
-            self.handling = True
-            self.inst.wake_run()
+        if self.inst.active_run is not self or self.target != j or self.handling:
+            return
+        self.handling = True
+        if self.at_boundary(j):
+            self.inst.end_run()
+        else:
+            self.wait_for(self.next_stop())
 
     def poke(self, now: float) -> None:
         """Something outside changed the instance at ``now``: act at the next boundary."""
@@ -232,7 +237,7 @@ class DecodeRun:
             self.prefill[j + 1] += n
             self.pairs[j + 1] += n * (req.num_computed + (n + 1) / 2)
         if chunks:
-            self._retime(j + 1, j + 2)  # only the mixed step's price changes
+            self._price_mixed(j + 1)
             self.dirty = min(self.dirty, j + 1)
         return True
 
@@ -303,33 +308,38 @@ class DecodeRun:
         self._retime(s)
         return self.num_steps > s
 
-    def _retime(self, lo: int, hi: int | None = None) -> None:
-        """Price steps ``lo``..``hi`` again (default: all from ``lo``) and move the ends of
-        the steps from ``lo`` on (and any wake-up armed for them); none may end after the
-        next scheduled fault (a step in progress then must stay undone until it strikes).
-        """
-        inst = self.inst
+    def _retime(self, lo: int) -> None:
+        """Price the (pure-decode) steps from ``lo`` on again and move their ends."""
         m = self.num_steps
-        hi = m if hi is None else min(hi, m)
-        q = self.q
-        k_j = self.k_j
-        if hi - lo > 1 or not self.prefill[lo]:
-            self.dts[lo:hi] = decode_step_times_s(inst.step_model, k_j[lo:hi], k_j[lo:hi] * q,
-                                                  self.ctx_sum[lo:hi], self.repair[lo:hi])
-        for j in np.flatnonzero(self.prefill[lo:hi]).tolist():
-            j += lo
-            kj = int(k_j[j])
-            self.dts[j] = inst.step_model.step_time_s(StepBatch(
-                int(self.prefill[j]), float(self.pairs[j]), kj, kj * q, int(self.ctx_sum[j]),
-                int(self.repair[j])))
+        k_j = self.k_j[lo:m]
+        self.dts[lo:m] = decode_step_times_s(self.inst.step_model, k_j, k_j * self.q,
+                                             self.ctx_sum[lo:m], self.repair[lo:m])
         ends = self.ends_rel
-        ends[lo:m] = self.dts[lo:m].cumsum()
+        np.cumsum(self.dts[lo:m], out=ends[lo:m])
         if lo:
             ends[lo:m] += ends[lo - 1]
-        fault_in = inst.sim.faults.next_scheduled_after(self.t0) - self.t0
-        if ends[m - 1] > fault_in:
+        self._moved(lo)
+
+    def _price_mixed(self, j: int) -> None:
+        """Step ``j`` now also computes prefill chunks: price it as a mixed step; the
+        steps after it move by the difference."""
+        kj = int(self.k_j[j])
+        dt = self.inst.step_model.step_time_s(StepBatch(
+            int(self.prefill[j]), float(self.pairs[j]), kj, kj * self.q,
+            int(self.ctx_sum[j]), int(self.repair[j])))
+        self.ends_rel[j:self.num_steps] += dt - self.dts[j]
+        self.dts[j] = dt
+        self._moved(j)
+
+    def _moved(self, lo: int) -> None:
+        """Step ends from ``lo`` on changed: no step may end after the next scheduled
+        fault (a step in progress then must stay undone until it strikes), and wake-ups
+        armed for the old times are void."""
+        m = self.num_steps
+        ends = self.ends_rel
+        if ends[m - 1] > self.fault_in:
             self.num_steps = m = max(self.cur + 1, int(np.searchsorted(
-                ends[:m], fault_in, side="right")))
+                ends[:m], self.fault_in, side="right")))
         self.ends = (ends[:m] + self.t0).tolist()
         if lo:
             self._gen += 1

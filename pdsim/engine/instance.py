@@ -132,10 +132,11 @@ class Instance:
         self.prefix_query_tokens = 0
         self.up = True
         self.epoch = 0  # bumped when the instance goes down, voiding the step in progress
-        # decode runs (``decode_run``): the one being followed, the gate its process
-        # waits on, and the steps a run plans (sized by how long recent runs lasted)
+        # decode runs (``decode_run``): the one being followed, the event that resumes the
+        # loop when it ends, and the steps a run plans (sized by how long recent runs
+        # lasted)
         self.active_run: DecodeRun | None = None
-        self._gate: simpy.Event | None = None
+        self._run_over: simpy.Event | None = None
         self.max_run_steps = 64
         self.run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
         self.run_rows = np.arange(s)
@@ -208,7 +209,7 @@ class Instance:
         Returns (requests it was serving, requests pinned here for a D to read). The
         step in progress is voided (``epoch``); the loop idles until ``come_up``.
         """
-        self.flush_run()
+        self.end_run()
         self.up = False
         self.epoch += 1
         last = self.step_count - 1
@@ -287,39 +288,26 @@ class Instance:
             self._complete(plan, start)
 
     def _follow(self, run: DecodeRun) -> Generator[simpy.Event, object, None]:
-        """Follow a decode run to its end, waking only at the boundaries it must act at."""
+        """Follow a decode run to its end. The run acts at its boundaries from timer
+        callbacks (``DecodeRun.wait_for``); the loop resumes once it has been committed."""
         self.active_run = run
-        while True:
-            self._gate = gate = self.env.event()
-            run.wait_for(run.next_stop())
-            yield gate
-            if self.active_run is not run:
-                return  # committed early (the instance went down)
-            if run.at_boundary(run.target):
-                break
-        self._end_run(run)
+        self._run_over = over = self.env.event()
+        run.wait_for(run.next_stop())
+        yield over
 
-    def wake_run(self) -> None:
-        """The decode run reached a boundary it must act at: resume the loop."""
-        gate = self._gate
-        if gate is not None and not gate.triggered:
-            gate.succeed()
-
-    def flush_run(self) -> None:
-        """Commit the decode run being followed up to now (results are built, or the
-        instance goes down); the loop then moves on."""
-        run, gate = self.active_run, self._gate
-        if run is not None:
-            run.catch_up(self.env.now)
-            self._end_run(run)
-            if gate is not None and not gate.triggered:
-                gate.succeed()  # its process finds the run gone and moves on
-
-    def _end_run(self, run: DecodeRun) -> None:
+    def end_run(self) -> None:
+        """Commit the decode run being followed as far as it got (it ended, the results
+        are built, or the instance goes down) and let the loop move on."""
+        run, over = self.active_run, self._run_over
+        if run is None:
+            return
+        run.catch_up(self.env.now)
         self.active_run = None
-        self._gate = None
+        self._run_over = None
         run.commit()
         self._run_len_avg += 0.25 * (run.cur + 1 - self._run_len_avg)
+        if over is not None and not over.triggered:
+            over.succeed()
 
     def run_length_hint(self) -> int:
         """Steps to plan a decode run for: about twice what recent runs lasted (planning
