@@ -245,7 +245,8 @@ class Instance:
         if self.pinned.pop(req.id, None) is None:
             return 0
         n = self.pool.free(req.id)
-        self.notify()
+        if self.waiting:  # freed blocks matter only to a request waiting for them
+            self.notify()
         return n
 
     # ------------------------------------------------------------------- loop
