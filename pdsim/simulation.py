@@ -52,6 +52,7 @@ class Simulation:
                 self.instances.append(inst)
                 members.append(inst)
             self.by_role[role] = members
+        self.by_name = {inst.name: inst for inst in self.instances}
         self.links: dict[tuple[int, int], Link] = {}
         bw = config.connector.link_bandwidth_gb_per_s * 1e9
         for p in self.by_role.get(Role.PREFILL, []):
@@ -178,12 +179,29 @@ class Simulation:
             p.release_pinned(req)
             req.recompute_prompt_on_d()
         else:
-            lease = self.env.timeout(self.config.connector.kv_lease_s)
-            lease.callbacks.append(functools.partial(self._on_lease, req, p))
+            self._watch_leases(p)
         d.add_request(req)
 
-    def _on_lease(self, req: Request, p: Instance, _event: object) -> None:
-        self._lease_expired(req, p)
+    def _watch_leases(self, p: Instance) -> None:
+        """Arm P's lease timer for its oldest pin, unless armed. Pins are kept in the
+        order they were made and every lease lasts as long, so one timer per P serves them
+        all: when it fires it expires every pin whose lease has run out, then re-arms."""
+        if p.lease_timer_armed or not p.pinned:
+            return
+        deadline = next(iter(p.pinned.values())).p_end_s + self.config.connector.kv_lease_s
+        p.lease_timer_armed = True
+        ev = self.env.timeout(max(0.0, deadline - self.env.now))
+        ev.callbacks.append(lambda _e: self._leases_due(p, deadline))
+
+    def _leases_due(self, p: Instance, deadline: float) -> None:
+        p.lease_timer_armed = False
+        lease = self.config.connector.kv_lease_s
+        while p.pinned:
+            req = next(iter(p.pinned.values()))
+            if req.p_end_s + lease > deadline:
+                break
+            self._lease_expired(req, p)
+        self._watch_leases(p)
 
     def _lease_expired(self, req: Request, p: Instance) -> None:
         if req.id in p.pinned:
@@ -200,7 +218,7 @@ class Simulation:
     def start_kv_transfer(self, req: Request, d: Instance) -> None:
         """D allocated blocks for ``req``: handshake with P, then move the blocks."""
         cfg = self.config.connector
-        p = next(i for i in self.by_role[Role.PREFILL] if i.name == req.p_instance)
+        p = self.by_name[req.p_instance]
         link = self.links[(p.index, d.index)]
         nbytes = d.layout.transfer_bytes(req.remote_tokens)
         req.transfer_start_s = self.env.now
@@ -254,9 +272,8 @@ class Simulation:
 
     def _schedule_faults(self) -> None:
         f = self.config.faults
-        by_name = {i.name: i for i in self.instances}
         for o in f.instance_outages:
-            inst = by_name[o.instance]
+            inst = self.by_name[o.instance]
             self._at(o.start_s, functools.partial(self._outage_start, inst))
             self._at(o.end_s, inst.come_up)
         for deg in f.link_degradations:

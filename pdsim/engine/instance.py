@@ -82,7 +82,8 @@ class Instance:
         self.receiving: dict[int, Request] = {}
         self.running: list[Request] = []
         self.prefilling: list[Request] = []
-        self.pinned: dict[int, Request] = {}
+        self.pinned: dict[int, Request] = {}  # in the order they were pinned
+        self.lease_timer_armed = False  # the simulation's lease timer for ``pinned``
         self._wake: simpy.Event | None = None
 
         # decode-phase arrays: rows 0..k-1 hold the k decoding requests (kept dense, so a
