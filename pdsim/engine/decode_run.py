@@ -390,11 +390,12 @@ class DecodeRun:
         if a is not None:
             n = inst.n_spec
             am = a[:m, :k] * act
-            per_pos = (am[:, :, None] > inst.arange_n).sum(axis=0)
             took = act.sum(axis=0)
             inst.n_drafts[:k] += took
             inst.n_acc[:k] += am.sum(axis=0)
-            inst.acc_pos[:k] += per_pos
+            acc_pos = inst.acc_pos
+            for i in range(n):  # drafts accepted at position i: those with a > i
+                acc_pos[:k, i] += (am > i).sum(axis=0)
             if inst.multi_module:
                 rej = inst.prev_rej[:k]
                 np.copyto(rej, n - a[last, cols], where=took > 0)
@@ -426,11 +427,14 @@ class DecodeRun:
         log[:, 3] = self.k_j[:m]
         log[:, 4] = (self.need[:m, :k] * alive).sum(axis=1)
         log[:, 5] = alive.sum(axis=1)
-        state = np.empty((m, 4))
-        state[:] = self._state0
-        for j, before, after in self._snaps:
-            state[j] = before
-            state[j + 1:] = after
+        # each step logs the state after the last boundary acted at before it, or the state
+        # before acting if its own boundary was one
+        snaps = [sn for sn in self._snaps if sn[0] < m]
+        js = np.array([sn[0] for sn in snaps], dtype=np.int64)
+        afters = np.array([self._state0, *(sn[2] for sn in snaps)], dtype=np.float64)
+        state = afters[np.searchsorted(js, inst.run_steps[:m, 0], side="left")]
+        if snaps:
+            state[js] = [sn[1] for sn in snaps]
         log[:, 4] += state[:, 2]
         log[:, 5] += state[:, 3]
         log[:, 6:8] = state[:, :2]
