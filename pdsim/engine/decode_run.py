@@ -186,12 +186,14 @@ class DecodeRun:
         if j >= self.num_steps - 1 or not ok:
             self._snaps.append((j, before, before))
             return True
+        acted = bool(joined)
         if self.dirty <= j or finished or joined or self.poked:
             self.dirty = self.num_steps
             self.poked = False
             if inst.waiting:
                 ok = self._admit(j)
-        self._snaps.append((j, before, self._state()))
+                acted = True
+        self._snaps.append((j, before, self._state() if acted else before))
         if self.poked:  # changed while acting: look again at the next boundary
             self.poked = False
             self.dirty = j + 1
@@ -258,36 +260,36 @@ class DecodeRun:
         if stale and inst.decay_tokens is not None:
             return False
         steps = K - s
+        a: np.ndarray | None = None
         if n:
             a = inst.sampler.draw_steps(steps, inst.akey[c:c + 1],
                                         inst.adraw[c:c + 1] + inst.n_drafts[c:c + 1],
                                         inst.surv[c:c + 1] if stale else None)[:, 0]
-            e = a + 1
+            cum = a.cumsum()
+            cum += inst.run_steps[1:steps + 1, 0]  # a + 1 tokens per step
         else:
-            e = np.ones(steps, dtype=np.int64)
-        cum = e.cumsum()
-        f = int((cum < inst.tgt[c] - inst.out[c]).sum())  # its finishing step, from s
-        act = np.zeros(steps, dtype=bool)
-        act[: f + 1] = True
-        ctx = cum - e
-        ctx += inst.ctx[c]
+            cum = inst.run_steps[1:steps + 1, 0].copy()
+        # its finishing step, counted from s (cum rises every step), and the steps it takes
+        f = int(np.searchsorted(cum, inst.tgt[c] - inst.out[c]))
+        live = min(f + 1, steps)
+        ctx = cum[:live] + inst.ctx[c]  # context at the start of each of those steps
+        ctx -= cum[0] if a is None else a[:live] + 1
         held = int(inst.blocks[c])
-        need = inst.layout.blocks_for_array(ctx + self.q)
+        need = inst.layout.blocks_for_array(ctx + self.q)  # non-decreasing
         np.maximum(need, held, out=need)
-        need *= act
-        np.maximum.accumulate(need, out=need)
         steps_new = min(self.max_steps, max(self.num_steps, s + f + 1))
-        grow = int(need[steps_new - 1 - s]) - held
+        grow = int(need[min(live, steps_new - s) - 1]) - held
         if grow > inst.pool.num_free - self.reserve:
             return False
-        # the column
+        # the column: from step s, active while it decodes, its last block count kept
         self.ncols = c + 1
-        if n:
+        if a is not None:
             assert self.accepted is not None
             self.accepted[s:, c] = a
         self.cum[s:, c] = cum
-        self.act[s:, c] = act
-        self.need[s:, c] = need
+        self.act[s:s + live, c] = True
+        self.need[s:s + live, c] = need
+        self.need[s + live:, c] = need[-1]
         self.fstep[c] = s + f
         self.start[c] = s
         self.held0[c] = held
@@ -299,11 +301,11 @@ class DecodeRun:
                 bisect.insort(self._finish_steps, s + f)
             self._finishes.setdefault(s + f, []).insert(0, c)
         # the steps it takes part in
-        self.k_j[s:] += act
-        self.ctx_sum[s:] += ctx * act
-        if inst.multi_module:
+        self.k_j[s:s + live] += 1
+        self.ctx_sum[s:s + live] += ctx
+        if a is not None and inst.multi_module:
             # the step that ended its prefill rejected nothing; then as in planning
-            self.repair[s + 1:] += np.maximum(n - 1 - a[:-1], 0) * act[1:]
+            self.repair[s + 1:s + live] += np.maximum(n - 1 - a[:live - 1], 0)
         self.num_steps = steps_new
         self._retime(s)
         return self.num_steps > s
