@@ -54,6 +54,8 @@ class DecodeRun:
     never less than at its start, kept after it finishes: an upper bound).
     """
 
+    join_room = 16  # columns first allocated for rows that join; doubled when short
+
     def __init__(self, inst: Instance, steps: int, max_steps: int, accepted: np.ndarray | None,
                  cum: np.ndarray, act: np.ndarray, need: np.ndarray, fstep: np.ndarray,
                  k_j: np.ndarray, ctx_sum: np.ndarray, repair: np.ndarray) -> None:
@@ -75,18 +77,16 @@ class DecodeRun:
         self.dts = np.zeros(K, dtype=np.float64)
         self.ends_rel = np.zeros(K, dtype=np.float64)
         self.ends: list[float] = []
-        # per column
-        cap = inst.row_capacity
+        # per column, with room for rows that join (grown on demand)
+        cap = min(inst.row_capacity, k + self.join_room)
         self.ncols = k
         self.accepted = _widen(accepted, cap) if accepted is not None else None
         self.cum = _widen(cum, cap)
         self.act = _widen(act, cap)
         self.need = _widen(need, cap)
-        self.fstep = np.full(cap, K, dtype=np.int64)
-        self.fstep[:k] = fstep
+        self.fstep = _widen(fstep, cap, K)
         self.start = np.zeros(cap, dtype=np.int64)
-        self.held0 = np.zeros(cap, dtype=np.int64)
-        self.held0[:k] = inst.blocks[:k]
+        self.held0 = _widen(inst.blocks[:k], cap)
         self.held_alive = int(self.held0[:k].sum())  # blocks the unfinished columns held
         self.alive_cols = k
         # blocks the columns may still take, reserved against what is admitted mid-run
@@ -282,6 +282,8 @@ class DecodeRun:
         if grow > inst.pool.num_free - self.reserve:
             return False
         # the column: from step s, active while it decodes, its last block count kept
+        if c == self.cum.shape[1]:
+            self._grow_columns()
         self.ncols = c + 1
         if a is not None:
             assert self.accepted is not None
@@ -309,6 +311,17 @@ class DecodeRun:
         self.num_steps = steps_new
         self._retime(s)
         return self.num_steps > s
+
+    def _grow_columns(self) -> None:
+        cols = min(self.inst.row_capacity, 2 * self.cum.shape[1])
+        if self.accepted is not None:
+            self.accepted = _widen(self.accepted, cols)
+        self.cum = _widen(self.cum, cols)
+        self.act = _widen(self.act, cols)
+        self.need = _widen(self.need, cols)
+        self.fstep = _widen(self.fstep, cols, self.K)
+        self.start = _widen(self.start, cols)
+        self.held0 = _widen(self.held0, cols)
 
     def _retime(self, lo: int) -> None:
         """Price the (pure-decode) steps from ``lo`` on again and move their ends."""
@@ -444,10 +457,11 @@ class DecodeRun:
         inst.step_log.frombytes(log.tobytes())
 
 
-def _widen(arr: np.ndarray, cols: int) -> np.ndarray:
-    """``arr`` (steps x k) in a zeroed (steps x cols) array, room for joining columns."""
-    out = np.zeros((arr.shape[0], cols), dtype=arr.dtype)
-    out[:, : arr.shape[1]] = arr
+def _widen(arr: np.ndarray, cols: int, fill: int = 0) -> np.ndarray:
+    """``arr`` (k, or steps x k) in an array of ``cols`` columns, the rest ``fill``: room
+    for joining columns."""
+    out = np.full((*arr.shape[:-1], cols), fill, dtype=arr.dtype)
+    out[..., : arr.shape[-1]] = arr
     return out
 
 

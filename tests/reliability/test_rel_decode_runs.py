@@ -103,3 +103,22 @@ def test_reliability_cases_run_the_same_without_decode_runs(
 def test_random_small_configs_run_the_same_without_decode_runs(
         data: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     assert_same_records(load_config(data), monkeypatch)
+
+
+def test_runs_that_outgrow_their_join_room_run_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows joining a run beyond the columns it first allocated (they are grown)."""
+    from pdsim.engine.decode_run import DecodeRun
+
+    grown: list[int] = []
+    original = DecodeRun._grow_columns
+
+    def counting(self: DecodeRun) -> None:
+        grown.append(self.ncols)
+        original(self)
+
+    monkeypatch.setattr(DecodeRun, "join_room", 1)
+    monkeypatch.setattr(DecodeRun, "_grow_columns", counting)
+    cfg = load_config(ROOT / "configs" / "mtp3.yaml", ["workload.num_requests=150"])
+    assert assert_same_records(cfg, monkeypatch) > 0
+    assert len(grown) > 1
