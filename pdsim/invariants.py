@@ -197,6 +197,12 @@ def _check_queues(sim: Simulation, inst: Instance, homes: dict[int, str],
             _fail(sim, f"{inst.name}.receiving maps {rid} to request {req.id}")
         if req.phase is not Phase.WAITING_FOR_REMOTE_KVS:
             _fail(sim, f"request {rid} in {inst.name}.receiving is {req.phase.value}")
+    for qname, queue in (("waiting", inst.waiting), ("prefilling", inst.prefilling)):
+        kept = getattr(queue, "tokens_left", None)
+        left = sum(r.seq_tokens - r.num_computed for r in queue)
+        if kept is not None and kept != left:
+            _fail(sim, f"{inst.name}.{qname} counts {kept} tokens still to compute, its "
+                       f"requests {left}")
     for req in inst.prefilling:
         if req.id not in held_here or req not in inst.running:
             _fail(sim, f"request {req.id} is prefilling on {inst.name} but not running")

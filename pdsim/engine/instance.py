@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import math
 from array import array
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
 from pdsim.engine.decode_run import DecodeRun, plan_decode_run
 from pdsim.engine.kvcache import BlockPool, KVLayout
-from pdsim.engine.request import Phase, Request
+from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
 from pdsim.perf.base import StepBatch
 from pdsim.perf.build import build_step_time_model
 from pdsim.spec.acceptance import expected_tokens_per_step
@@ -78,10 +78,10 @@ class Instance:
         self.module_of_pos = (np.arange(n) if self.multi_module else np.zeros(n, dtype=np.int64))
 
         # queues
-        self.waiting: deque[Request] = deque()
+        self.waiting = WaitingQueue()
         self.receiving: dict[int, Request] = {}
         self.running: list[Request] = []
-        self.prefilling: list[Request] = []
+        self.prefilling = PrefillingList()
         self.pinned: dict[int, Request] = {}  # in the order they were pinned
         self.lease_timer_armed = False  # the simulation's lease timer for ``pinned``
         self._wake: simpy.Event | None = None
@@ -155,8 +155,7 @@ class Instance:
 
     def load(self) -> tuple[int, int]:
         """Outstanding work, for routers: (tokens still to prefill, requests held)."""
-        pending = sum(r.seq_tokens - r.num_computed for r in self.waiting)
-        pending += sum(r.seq_tokens - r.num_computed for r in self.prefilling)
+        pending = self.waiting.tokens_left + self.prefilling.tokens_left
         held = len(self.waiting) + len(self.running) + len(self.receiving)
         return pending, held
 
@@ -185,8 +184,9 @@ class Instance:
         req.d_first_local = req.num_computed
         req.tokens_recomputed_on_d = req.prompt_tokens - req.remote_tokens
         req.d_local_prefill_tokens = req.prompt_tokens - req.num_computed
-        keys = [(r.d_queued_s, r.id) for r in self.waiting]
-        self.waiting.insert(bisect.bisect(keys, (req.d_queued_s, req.id)), req)
+        at = bisect.bisect(self.waiting, (req.d_queued_s, req.id),
+                           key=lambda r: (r.d_queued_s, r.id))
+        self.waiting.insert(at, req)
         self.notify()
 
     def kv_load_failed(self, req: Request, recompute: bool,
@@ -342,7 +342,9 @@ class Instance:
         for req in reversed(self.waiting):
             if req.kv_from_remote and req is not keep and self.pool.held(req.id):
                 self.pool.free(req.id)
+                before = tokens_left(req)
                 req.recompute_prompt_on_d()
+                self.waiting.adjust(tokens_left(req) - before)
                 req.num_preemptions += 1
                 self.preemptions += 1
                 return True
@@ -543,6 +545,7 @@ class Instance:
         if req.phase is not Phase.PREFILL:
             return
         req.num_computed += n
+        self.prefilling.adjust(-n)
         if req.num_computed >= req.seq_tokens:
             req.final_chunk_tokens = n
             self._prefill_done(req, step, now)

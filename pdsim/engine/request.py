@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import deque
 
 import numpy as np
 
@@ -145,3 +146,68 @@ class Request:
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"Request({self.id}, {self.phase.value}, computed={self.num_computed}/"
                 f"{self.seq_tokens}, out={self.num_output}/{self.output_target})")
+
+
+def tokens_left(req: Request) -> int:
+    """Prompt tokens ``req`` still has to compute on its current instance."""
+    return req.seq_tokens - req.num_computed
+
+
+class WaitingQueue(deque[Request]):
+    """An instance's waiting queue that keeps the sum of its requests' tokens still to
+    compute (``tokens_left``), so a load-reading router costs O(1) however long the
+    queue. A request's count is taken as it enters and given back as it leaves; whoever
+    changes a queued request's counts reports the change (``adjust``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens_left = 0
+
+    def append(self, req: Request) -> None:
+        super().append(req)
+        self.tokens_left += tokens_left(req)
+
+    def appendleft(self, req: Request) -> None:
+        super().appendleft(req)
+        self.tokens_left += tokens_left(req)
+
+    def insert(self, i: int, req: Request) -> None:
+        super().insert(i, req)
+        self.tokens_left += tokens_left(req)
+
+    def popleft(self) -> Request:
+        req = super().popleft()
+        self.tokens_left -= tokens_left(req)
+        return req
+
+    def clear(self) -> None:
+        super().clear()
+        self.tokens_left = 0
+
+    def adjust(self, delta: int) -> None:
+        """A queued request's tokens left changed by ``delta``."""
+        self.tokens_left += delta
+
+
+class PrefillingList(list[Request]):
+    """The requests in the middle of their prefill, with the same running sum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens_left = 0
+
+    def append(self, req: Request) -> None:
+        super().append(req)
+        self.tokens_left += tokens_left(req)
+
+    def remove(self, req: Request) -> None:
+        super().remove(req)
+        self.tokens_left -= tokens_left(req)
+
+    def clear(self) -> None:
+        super().clear()
+        self.tokens_left = 0
+
+    def adjust(self, delta: int) -> None:
+        """A listed request's tokens left changed by ``delta``."""
+        self.tokens_left += delta
