@@ -153,19 +153,33 @@ def tokens_left(req: Request) -> int:
     return req.seq_tokens - req.num_computed
 
 
-class WaitingQueue(deque[Request]):
-    """An instance's waiting queue that keeps the sum of its requests' tokens still to
+class _TokensLeftTally:
+    """Mixin for a container of requests that keeps the sum of their tokens still to
     compute (``tokens_left``), so a load-reading router costs O(1) however long the
-    queue. A request's count is taken as it enters and given back as it leaves; whoever
-    changes a queued request's counts reports the change (``adjust``)."""
+    container. A request's count is taken as it enters and given back as it leaves;
+    whoever changes a contained request's counts reports the change (``adjust``)."""
+
+    tokens_left: int
 
     def __init__(self) -> None:
         super().__init__()
         self.tokens_left = 0
 
     def append(self, req: Request) -> None:
-        super().append(req)
+        super().append(req)  # type: ignore[misc]
         self.tokens_left += tokens_left(req)
+
+    def clear(self) -> None:
+        super().clear()  # type: ignore[misc]
+        self.tokens_left = 0
+
+    def adjust(self, delta: int) -> None:
+        """A contained request's tokens left changed by ``delta``."""
+        self.tokens_left += delta
+
+
+class WaitingQueue(_TokensLeftTally, deque[Request]):
+    """An instance's waiting queue, with its requests' tokens still to compute."""
 
     def appendleft(self, req: Request) -> None:
         super().appendleft(req)
@@ -180,34 +194,10 @@ class WaitingQueue(deque[Request]):
         self.tokens_left -= tokens_left(req)
         return req
 
-    def clear(self) -> None:
-        super().clear()
-        self.tokens_left = 0
 
-    def adjust(self, delta: int) -> None:
-        """A queued request's tokens left changed by ``delta``."""
-        self.tokens_left += delta
-
-
-class PrefillingList(list[Request]):
+class PrefillingList(_TokensLeftTally, list[Request]):
     """The requests in the middle of their prefill, with the same running sum."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tokens_left = 0
-
-    def append(self, req: Request) -> None:
-        super().append(req)
-        self.tokens_left += tokens_left(req)
 
     def remove(self, req: Request) -> None:
         super().remove(req)
         self.tokens_left -= tokens_left(req)
-
-    def clear(self) -> None:
-        super().clear()
-        self.tokens_left = 0
-
-    def adjust(self, delta: int) -> None:
-        """A listed request's tokens left changed by ``delta``."""
-        self.tokens_left += delta

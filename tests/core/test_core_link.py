@@ -107,8 +107,19 @@ def test_link_matches_the_reference_processor_sharing(events: list[Event]) -> No
     want = reference_finish_times(1e6, events)
     got = link_finish_times(1e6, events)
     assert got.keys() == want.keys()
+    # A flow that is within a byte of done when another finishes finishes with it; when
+    # it is exactly one byte behind, float noise decides which side of that edge it is
+    # on, in the link and in the reference alike. Such a flow (one the reference
+    # finishes within a byte's time of another) may be off by the time one byte takes
+    # at the slowest share (every flow active, the lowest bandwidth); every other time
+    # agrees to 1e-9 relative.
+    flows = sum(1 for e in events if e[1] == "start")
+    slowest = min([1e6, *(e[3] for e in events if e[1] == "bandwidth")])
+    one_byte_s = flows / slowest
     for tid, at in want.items():
-        assert got[tid] == pytest.approx(at, rel=1e-9, abs=1e-9)
+        tied = any(other != tid and abs(t - at) <= one_byte_s for other, t in want.items())
+        tol = max(1e-9, one_byte_s) if tied else 1e-9
+        assert got[tid] == pytest.approx(at, rel=1e-9, abs=tol)
 
 
 def test_two_equal_flows_share_the_link_by_hand() -> None:
