@@ -126,6 +126,7 @@ class DecodeRun:
 
     def wait_for(self, j: int) -> None:
         """The instance now waits for boundary ``j``."""
+        assert j > self.cur, f"boundary {j} already reached ({self.cur})"
         self.target = j
         self.handling = False
         if j in self._armed:
@@ -197,7 +198,10 @@ class DecodeRun:
         if self.poked:  # changed while acting: look again at the next boundary
             self.poked = False
             self.dirty = j + 1
-        return not ok
+        # a mixed step priced longer can push the run's end before the next scheduled fault
+        # back to this boundary: then the run ends here and the scheduler takes the chunks
+        # admitted just now as running prefills
+        return not ok or j >= self.num_steps - 1
 
     def _state(self) -> tuple[int, int, int, int]:
         inst = self.inst

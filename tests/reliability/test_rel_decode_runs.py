@@ -122,3 +122,24 @@ def test_runs_that_outgrow_their_join_room_run_the_same(
     cfg = load_config(ROOT / "configs" / "mtp3.yaml", ["workload.num_requests=150"])
     assert assert_same_records(cfg, monkeypatch) > 0
     assert len(grown) > 1
+
+
+FOUND = Path(__file__).parent / "found"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FOUND.glob("*.json")))
+def test_configs_random_search_broke_run_the_same_and_keep_invariants(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Configs a deep random search (``PDSIM_REL_SCALE=10``) broke, kept as regressions.
+
+    ``run_cut_by_fault.json``: a run admits a chunk and re-prices the mixed step, which
+    pulls the run's end (no step may span a scheduled fault) back to the current
+    boundary; the run must end there (it went on and finished two rows twice).
+    """
+    import json
+
+    from pdsim.invariants import run_checked
+
+    cfg = load_config(json.loads((FOUND / name).read_text()))
+    run_checked(cfg)
+    assert_same_records(cfg, monkeypatch)
