@@ -34,11 +34,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdsim.engine.events import StepEnd
 from pdsim.engine.request import Phase, Request
 from pdsim.perf.base import StepBatch, decode_step_times_s
 
 if TYPE_CHECKING:
     from pdsim.engine.instance import Instance
+
 
 
 class DecodeRun:
@@ -134,7 +136,7 @@ class DecodeRun:
         self._armed.add(j)
         env = self.inst.env
         gen = self._gen
-        ev = env.timeout(max(0.0, self.ends[j] - env.now))
+        ev = StepEnd(env, max(0.0, self.ends[j] - env.now), self.inst.step_priority)
         ev.callbacks.append(lambda _e: self._fire(gen, j))
 
     def _fire(self, gen: int, j: int) -> None:

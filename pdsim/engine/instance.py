@@ -16,9 +16,11 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+import simpy
 
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
 from pdsim.engine.decode_run import DecodeRun, plan_decode_run
+from pdsim.engine.events import STEP_END_PRIORITY_BASE, StepEnd
 from pdsim.engine.kvcache import BlockPool, KVLayout
 from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
 from pdsim.perf.base import StepBatch
@@ -28,8 +30,6 @@ from pdsim.spec.provenance import SlotCause, excess_profile
 
 if TYPE_CHECKING:
     from collections.abc import Generator
-
-    import simpy
 
     from pdsim.simulation import Simulation
 
@@ -51,6 +51,8 @@ class Instance:
         self.sim = sim
         self.env: simpy.Environment = sim.env
         self.index = index
+        # step ends come after every other event of the same instant, in instance order
+        self.step_priority = STEP_END_PRIORITY_BASE + index
         self.name = name
         self.role = role
         sched = group.scheduler
@@ -283,7 +285,7 @@ class Instance:
             dt = self.step_model.step_time_s(plan.batch)
             start = env.now
             epoch = self.epoch
-            yield env.timeout(dt)
+            yield StepEnd(env, dt, self.step_priority)
             if epoch != self.epoch:
                 continue  # the instance went down during the step: its work is lost
             self.busy_s += dt
@@ -309,7 +311,11 @@ class Instance:
         run.commit()
         self._run_len_avg += 0.25 * (run.cur + 1 - self._run_len_avg)
         if over is not None and not over.triggered:
-            over.succeed()
+            # the loop goes on at once, as after a single step (before anything else
+            # scheduled for this instant)
+            over._ok = True
+            over._value = None
+            self.env.schedule(over, simpy.events.URGENT)
 
     def run_length_hint(self) -> int:
         """Steps to plan a decode run for: about twice what recent runs lasted (planning

@@ -135,6 +135,9 @@ def test_configs_random_search_broke_run_the_same_and_keep_invariants(
     ``run_cut_by_fault.json``: a run admits a chunk and re-prices the mixed step, which
     pulls the run's end (no step may span a scheduled fault) back to the current
     boundary; the run must end there (it went on and finished two rows twice).
+    ``same_instant_step_ends_*.json``: P's and D's steps end at the same instant (every
+    step costs the floor); whether D saw the hand-over there depended on SimPy's event
+    creation order, until step ends got their own place in the order (``StepEnd``).
     """
     import json
 

@@ -1,0 +1,26 @@
+"""Engine events with a place in the order of same-time events."""
+
+from __future__ import annotations
+
+import simpy
+
+# SimPy's priorities are URGENT 0 and NORMAL 1; an instance's step ends use 2 + its index
+STEP_END_PRIORITY_BASE = 2
+
+
+class StepEnd(simpy.Event):
+    """The end of an engine step (or of a step inside a decode run), ``delay`` from now.
+
+    Scheduled like a SimPy ``Timeout`` but with the instance's own ``priority``, below
+    SimPy's: at the same instant every other event (an arrival, a hand-over, a landing)
+    comes before a step boundary, and boundaries of several instances go in instance
+    order. The order of same-time events is then a rule of the model, not an accident of
+    which event was created first, so a decode run and the same steps taken one by one
+    see the same order.
+    """
+
+    def __init__(self, env: simpy.Environment, delay: float, priority: int) -> None:
+        super().__init__(env)
+        self._ok = True  # triggered from the start, as a Timeout is
+        self._value = None
+        env.schedule(self, simpy.events.EventPriority(priority), delay)
