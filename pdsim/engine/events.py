@@ -24,3 +24,11 @@ class StepEnd(simpy.Event):
         self._ok = True  # triggered from the start, as a Timeout is
         self._value = None
         env.schedule(self, simpy.events.EventPriority(priority), delay)
+
+
+def succeed_first(event: simpy.Event) -> None:
+    """Trigger ``event`` now, ahead of everything else scheduled for this instant (what
+    resumes an engine loop right after a decode run, as after a single step)."""
+    event._ok = True
+    event._value = None
+    event.env.schedule(event, simpy.events.URGENT)

@@ -16,11 +16,10 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import simpy
 
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
 from pdsim.engine.decode_run import DecodeRun, plan_decode_run
-from pdsim.engine.events import STEP_END_PRIORITY_BASE, StepEnd
+from pdsim.engine.events import STEP_END_PRIORITY_BASE, StepEnd, succeed_first
 from pdsim.engine.kvcache import BlockPool, KVLayout
 from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
 from pdsim.perf.base import StepBatch
@@ -30,6 +29,8 @@ from pdsim.spec.provenance import SlotCause, excess_profile
 
 if TYPE_CHECKING:
     from collections.abc import Generator
+
+    import simpy
 
     from pdsim.simulation import Simulation
 
@@ -311,11 +312,7 @@ class Instance:
         run.commit()
         self._run_len_avg += 0.25 * (run.cur + 1 - self._run_len_avg)
         if over is not None and not over.triggered:
-            # the loop goes on at once, as after a single step (before anything else
-            # scheduled for this instant)
-            over._ok = True
-            over._value = None
-            self.env.schedule(over, simpy.events.URGENT)
+            succeed_first(over)  # the loop goes on at once, as after a single step
 
     def run_length_hint(self) -> int:
         """Steps to plan a decode run for: about twice what recent runs lasted (planning
