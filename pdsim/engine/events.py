@@ -8,6 +8,11 @@ import simpy
 STEP_END_PRIORITY_BASE = 2
 
 
+def step_end_priority(index: int) -> simpy.events.EventPriority:
+    """The priority of instance ``index``'s step ends."""
+    return simpy.events.EventPriority(STEP_END_PRIORITY_BASE + index)
+
+
 class StepEnd(simpy.Event):
     """The end of an engine step (or of a step inside a decode run), ``delay`` from now.
 
@@ -19,11 +24,15 @@ class StepEnd(simpy.Event):
     see the same order.
     """
 
-    def __init__(self, env: simpy.Environment, delay: float, priority: int) -> None:
-        super().__init__(env)
-        self._ok = True  # triggered from the start, as a Timeout is
+    def __init__(self, env: simpy.Environment, delay: float,
+                 priority: simpy.events.EventPriority) -> None:
+        # what simpy.Timeout does, with the priority given (no super().__init__: this is
+        # the engine's most frequent event)
+        self.env = env
+        self.callbacks: simpy.events.EventCallbacks = []
+        self._ok = True
         self._value = None
-        env.schedule(self, simpy.events.EventPriority(priority), delay)
+        env.schedule(self, priority, delay)
 
 
 def succeed_first(event: simpy.Event) -> None:

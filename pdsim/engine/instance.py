@@ -19,7 +19,7 @@ import numpy as np
 
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
 from pdsim.engine.decode_run import DecodeRun, plan_decode_run
-from pdsim.engine.events import STEP_END_PRIORITY_BASE, StepEnd, succeed_first
+from pdsim.engine.events import StepEnd, step_end_priority, succeed_first
 from pdsim.engine.kvcache import BlockPool, KVLayout
 from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
 from pdsim.perf.base import StepBatch
@@ -53,7 +53,7 @@ class Instance:
         self.env: simpy.Environment = sim.env
         self.index = index
         # step ends come after every other event of the same instant, in instance order
-        self.step_priority = STEP_END_PRIORITY_BASE + index
+        self.step_priority = step_end_priority(index)
         self.name = name
         self.role = role
         sched = group.scheduler
