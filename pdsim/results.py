@@ -14,6 +14,7 @@ facts (``summarize``), with vLLM's definitions (reference section 6):
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
@@ -177,7 +178,10 @@ def build_results(sim: Simulation) -> Results:
     n = len(reqs)
 
     def col(get: Any, dtype: Any = np.float64) -> np.ndarray:
-        return np.fromiter((get(r) for r in reqs), dtype=dtype, count=n)
+        """One value per request: ``get`` is an attribute name or a function."""
+        if isinstance(get, str):
+            get = operator.attrgetter(get)
+        return np.fromiter(map(get, reqs), dtype=dtype, count=n)
 
     # requests still decoding when the run stopped (an interrupted run): their counters
     # and their open output segment live in the instance's decode rows
@@ -195,45 +199,45 @@ def build_results(sim: Simulation) -> Results:
             if last >= int(inst.seg_first[s]):
                 segments[r.id].append([inst.index, int(inst.seg_first[s]), last])
     finished = np.fromiter((r.status is Status.FINISHED for r in reqs), dtype=bool, count=n)
-    arrival = col(lambda r: r.arrival_s)
-    first = col(lambda r: r.first_token_s)
-    finish = col(lambda r: r.finish_s)
-    out_tok = col(lambda r: r.num_output, np.int64)
+    arrival = col("arrival_s")
+    first = col("first_token_s")
+    finish = col("finish_s")
+    out_tok = col("num_output", np.int64)
     ttft = first - arrival
     e2e = np.where(finished, finish - arrival, NAN)
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(finished & (out_tok > 1), (e2e - ttft) / (out_tok - 1), NAN)
-    t_start = col(lambda r: r.transfer_start_s)
-    t_end = col(lambda r: r.transfer_end_s)
+    t_start = col("transfer_start_s")
+    t_end = col("transfer_end_s")
     nspec = sim.config.speculative.num_speculative_tokens
     columns: dict[str, Any] = {
-        "request_id": col(lambda r: r.id, np.int64),
+        "request_id": col("id", np.int64),
         "status": [r.status.value for r in reqs],
         "fail_reason": [r.fail_reason for r in reqs],
         "arrival_s": arrival,
-        "prompt_tokens": col(lambda r: r.prompt_tokens, np.int64),
+        "prompt_tokens": col("prompt_tokens", np.int64),
         "output_tokens": out_tok,
-        "target_output_tokens": col(lambda r: r.output_target, np.int64),
+        "target_output_tokens": col("output_target", np.int64),
         "prefill_instance": [r.p_instance for r in reqs],
         "decode_instance": [r.d_instance for r in reqs],
-        "p_queued_s": col(lambda r: r.p_queued_s), "p_start_s": col(lambda r: r.p_start_s),
-        "p_end_s": col(lambda r: r.p_end_s),
+        "p_queued_s": col("p_queued_s"), "p_start_s": col("p_start_s"),
+        "p_end_s": col("p_end_s"),
         "transfer_start_s": t_start, "transfer_end_s": t_end,
-        "d_queued_s": col(lambda r: r.d_queued_s), "first_token_s": first,
+        "d_queued_s": col("d_queued_s"), "first_token_s": first,
         "finish_s": finish, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
         "num_chunks": col(lambda r: sum(b - a + 1 for _, a, b in segments[r.id]), np.int64),
-        "p_prompt_tokens": col(lambda r: r.p_prompt_tokens, np.int64),
-        "kv_bytes_transferred": col(lambda r: r.kv_bytes, np.int64),
+        "p_prompt_tokens": col("p_prompt_tokens", np.int64),
+        "kv_bytes_transferred": col("kv_bytes", np.int64),
         "kv_transfer_s": t_end - t_start,
-        "tokens_recomputed_on_d": col(lambda r: r.tokens_recomputed_on_d, np.int64),
-        "d_local_prefill_tokens": col(lambda r: r.d_local_prefill_tokens, np.int64),
-        "num_preemptions": col(lambda r: r.num_preemptions, np.int64),
-        "num_drafts": col(lambda r: r.num_drafts, np.int64),
-        "num_draft_tokens": col(lambda r: r.num_draft_tokens, np.int64),
-        "num_accepted_tokens": col(lambda r: r.num_accepted_tokens, np.int64),
+        "tokens_recomputed_on_d": col("tokens_recomputed_on_d", np.int64),
+        "d_local_prefill_tokens": col("d_local_prefill_tokens", np.int64),
+        "num_preemptions": col("num_preemptions", np.int64),
+        "num_drafts": col("num_drafts", np.int64),
+        "num_draft_tokens": col("num_draft_tokens", np.int64),
+        "num_accepted_tokens": col("num_accepted_tokens", np.int64),
         "accepted_per_pos": (np.stack([r.accepted_per_pos for r in reqs]) if n
                              else np.zeros((0, nspec), dtype=np.int64)),
-        "prefix_hit_tokens": col(lambda r: r.prefix_hit_tokens, np.int64),
+        "prefix_hit_tokens": col("prefix_hit_tokens", np.int64),
     }
     for rid, (inst, s) in live.items():
         i = rid  # requests are numbered in the order they are stored
