@@ -30,12 +30,12 @@ steps see exactly the draws the same steps taken one by one would.
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from pdsim.engine.events import StepEnd
-from pdsim.engine.request import Phase, Request
+from pdsim.engine.request import Request
 from pdsim.perf.base import StepBatch, decode_step_times_s
 
 if TYPE_CHECKING:
@@ -58,12 +58,10 @@ class DecodeRun:
 
     join_room = 16  # columns first allocated for rows that join; doubled when short
 
-    def __init__(self, inst: Instance, steps: int, max_steps: int, accepted: np.ndarray | None,
-                 cum: np.ndarray, act: np.ndarray, need: np.ndarray, fstep: np.ndarray,
-                 k_j: np.ndarray, ctx_sum: np.ndarray, repair: np.ndarray) -> None:
+    def __init__(self, inst: Instance, steps: int, max_steps: int, ahead: _Ahead) -> None:
         self.inst = inst
         k = inst.k
-        K = len(k_j)
+        K = len(ahead.k_j)
         self.K = K
         self.q = 1 + inst.n_spec
         self.num_steps = steps
@@ -71,9 +69,9 @@ class DecodeRun:
         self.t0 = inst.env.now
         self.base = inst.step_count
         # per step: decode rows, their context, drafter repair, prefill chunks, times
-        self.k_j = k_j
-        self.ctx_sum = ctx_sum
-        self.repair = repair
+        self.k_j = ahead.k_j
+        self.ctx_sum = ahead.ctx_sum
+        self.repair = ahead.repair
         self.prefill = np.zeros(K, dtype=np.int64)
         self.pairs = np.zeros(K, dtype=np.float64)
         self.dts = np.zeros(K, dtype=np.float64)
@@ -82,17 +80,18 @@ class DecodeRun:
         # per column, with room for rows that join (grown on demand)
         cap = min(inst.row_capacity, k + self.join_room)
         self.ncols = k
+        accepted, fstep = ahead.accepted, ahead.fstep
         self.accepted = _widen(accepted, cap) if accepted is not None else None
-        self.cum = _widen(cum, cap)
-        self.act = _widen(act, cap)
-        self.need = _widen(need, cap)
+        self.cum = _widen(ahead.cum, cap)
+        self.act = _widen(ahead.act, cap)
+        self.need = _widen(ahead.need, cap)
         self.fstep = _widen(fstep, cap, K)
         self.start = np.zeros(cap, dtype=np.int64)
         self.held0 = _widen(inst.blocks[:k], cap)
         self.held_alive = int(self.held0[:k].sum())  # blocks the unfinished columns held
         self.alive_cols = k
         # blocks the columns may still take, reserved against what is admitted mid-run
-        self.reserve = int(need[steps - 1].sum()) - self.held_alive
+        self.reserve = int(ahead.need[steps - 1].sum()) - self.held_alive
         # finishing steps, each with its columns (highest first, as step by step)
         self._finishes: dict[int, list[int]] = {}
         for s in np.flatnonzero(fstep < steps)[::-1].tolist():
@@ -256,48 +255,27 @@ class DecodeRun:
         inst = self.inst
         c = req.slot
         s = j + 1
-        K = self.K
-        n = inst.n_spec
         if c != self.ncols or s >= self.max_steps:
             return False
-        if inst.multi_module and inst.cache_valid[c] < n - 1:
+        ahead = _look_ahead(inst, c, c + 1, self.K - s)
+        if ahead is None:
             return False
-        stale = bool(n) and bool(inst.stale[c].any())
-        if stale and inst.decay_tokens is not None:
-            return False
-        steps = K - s
-        a: np.ndarray | None = None
-        if n:
-            a = inst.sampler.draw_steps(steps, inst.akey[c:c + 1],
-                                        inst.adraw[c:c + 1] + inst.n_drafts[c:c + 1],
-                                        inst.surv[c:c + 1] if stale else None)[:, 0]
-            cum = a.cumsum()
-            cum += inst.run_steps[1:steps + 1, 0]  # a + 1 tokens per step
-        else:
-            cum = inst.run_steps[1:steps + 1, 0].copy()
-        # its finishing step, counted from s (cum rises every step), and the steps it takes
-        f = int(np.searchsorted(cum, inst.tgt[c] - inst.out[c]))
-        live = min(f + 1, steps)
-        ctx = cum[:live] + inst.ctx[c]  # context at the start of each of those steps
-        ctx -= cum[0] if a is None else a[:live] + 1
+        f = int(ahead.fstep[0])  # its finishing step, counted from s
         held = int(inst.blocks[c])
-        need = inst.layout.blocks_for_array(ctx + self.q)  # non-decreasing
-        np.maximum(need, held, out=need)
         steps_new = min(self.max_steps, max(self.num_steps, s + f + 1))
-        grow = int(need[min(live, steps_new - s) - 1]) - held
+        grow = int(ahead.need[steps_new - 1 - s, 0]) - held
         if grow > inst.pool.num_free - self.reserve:
             return False
-        # the column: from step s, active while it decodes, its last block count kept
+        # the column, from step s
         if c == self.cum.shape[1]:
             self._grow_columns()
         self.ncols = c + 1
-        if a is not None:
+        if ahead.accepted is not None:
             assert self.accepted is not None
-            self.accepted[s:, c] = a
-        self.cum[s:, c] = cum
-        self.act[s:s + live, c] = True
-        self.need[s:s + live, c] = need
-        self.need[s + live:, c] = need[-1]
+            self.accepted[s:, c] = ahead.accepted[:, 0]
+        self.cum[s:, c] = ahead.cum[:, 0]
+        self.act[s:, c] = ahead.act[:, 0]
+        self.need[s:, c] = ahead.need[:, 0]
         self.fstep[c] = s + f
         self.start[c] = s
         self.held0[c] = held
@@ -308,12 +286,11 @@ class DecodeRun:
             if s + f not in self._finishes:
                 bisect.insort(self._finish_steps, s + f)
             self._finishes.setdefault(s + f, []).insert(0, c)
-        # the steps it takes part in
-        self.k_j[s:s + live] += 1
-        self.ctx_sum[s:s + live] += ctx
-        if a is not None and inst.multi_module:
-            # the step that ended its prefill rejected nothing; then as in planning
-            self.repair[s + 1:s + live] += np.maximum(n - 1 - a[:live - 1], 0)
+        # the steps it takes part in (its first repairs nothing: the step that ended its
+        # prefill rejected nothing)
+        self.k_j[s:] += ahead.k_j
+        self.ctx_sum[s:] += ahead.ctx_sum
+        self.repair[s:] += ahead.repair
         self.num_steps = steps_new
         self._retime(s)
         return self.num_steps > s
@@ -367,27 +344,21 @@ class DecodeRun:
             self._armed.clear()
 
     def _finish_row(self, s: int, j: int) -> None:
-        """Column ``s`` emitted its last token in step ``j``: settle it and finish its
-        request now, as step by step; its row is vacated when the run is committed."""
+        """Column ``s`` emitted its last token in step ``j``: bring its row to then and
+        finish its request now, as step by step; the row is vacated when the run is
+        committed."""
         inst = self.inst
-        req = inst.req_of_slot[s]
-        assert req is not None
         inst.out[s] = inst.tgt[s]
         a = self.accepted
         if a is not None:
-            lo = int(self.start[s])
-            per_pos = (a[lo: j + 1, s, None] > inst.arange_n).sum(axis=0)
-            inst.n_drafts[s] += j + 1 - lo
-            inst.n_acc[s] += int(a[lo: j + 1, s].sum())
-            inst.acc_pos[s] += per_pos
-        inst.settle_slot(req, self.base + j)
-        inst.running.remove(req)
+            taken = a[int(self.start[s]): j + 1, s]
+            inst.n_drafts[s] += len(taken)
+            inst.n_acc[s] += int(taken.sum())
+            inst.acc_pos[s] += (taken[:, None] > inst.arange_n).sum(axis=0)
         self.held_alive -= int(self.held0[s])
         self.alive_cols -= 1
-        inst.pool.free(req.id)
-        req.phase = Phase.DONE
         self.finished_rows.append(s)
-        inst.sim.finish(req, self.ends[j])
+        inst.finish_row(s, self.base + j, self.ends[j], vacate=False)
 
     # ------------------------------------------------------------- commit
 
@@ -483,55 +454,80 @@ def plan_decode_run(inst: Instance) -> DecodeRun | None:
     k = inst.k
     if not k or inst.prefilling or not inst.decodes:
         return None
-    n = inst.n_spec
-    if inst.multi_module and (inst.cache_valid[:k] < n - 1).any():
+    K = inst.max_run_steps
+    ahead = _look_ahead(inst, 0, k, K)
+    if ahead is None:
         return None
-    has_stale = bool(n) and bool(inst.stale[:k].any())
-    if has_stale and inst.decay_tokens is not None:
-        return None
-    K = inst.run_length_hint()
-    out0 = inst.out[:k]
-    tgt = inst.tgt[:k]
-    q = 1 + n
-    steps = inst.run_steps[:K]
-    a: np.ndarray | None = None
-    if n:
-        a = inst.sampler.draw_steps(K, inst.akey[:k], inst.adraw[:k] + inst.n_drafts[:k],
-                                    inst.surv[:k] if has_stale else None)
-        e = a + 1
-    else:
-        e = np.ones((K, k), dtype=np.int64)
-    cum = e.cumsum(axis=0)  # tokens each row has emitted after step j
-    # cum rises every step: the steps before a row's finishing step are those with
-    # cum < remaining, so their count is the finishing step (K if none in the window)
-    fstep = (cum < tgt - out0).sum(axis=0)
-    act = steps <= fstep  # row r decodes in step j
-    ctx_start = cum - e
-    ctx_start += inst.ctx[:k]
-    k_j = act.sum(axis=1)
-    ctx_sum = (ctx_start * act).sum(axis=1)
-    repair = np.zeros(K, dtype=np.int64)
-    if inst.multi_module:
-        assert a is not None
-        # multi-module MTP's standalone repair: the drafter re-prefills the positions the
-        # previous step rejected, bar one
-        repair[0] = np.maximum(inst.prev_rej[:k] - 1, 0).sum()
-        if K > 1:
-            repair[1:] = (np.maximum(n - 1 - a[:-1], 0) * act[1:]).sum(axis=1)
     # never past the step in which the last row finishes (no empty steps) unless rows
     # join; never past a block shortage
-    limit = min(K, int(fstep.max()) + 1)
     max_steps = K
-    held0 = inst.blocks[:k]
-    need = inst.layout.blocks_for_array(ctx_start + q)
-    np.maximum(need, held0, out=need)
-    need *= act
-    np.maximum.accumulate(need, axis=0, out=need)
-    need_total = need.sum(axis=1)
-    capacity = inst.pool.num_free + int(held0.sum())
+    limit = min(K, int(ahead.fstep.max()) + 1)
+    need_total = ahead.need.sum(axis=1)
+    capacity = inst.pool.num_free + int(inst.blocks[:k].sum())
     if need_total[limit - 1] > capacity:
         limit = max_steps = int(np.searchsorted(need_total, capacity, side="right"))
         if limit == 0:
             return None
-    run = DecodeRun(inst, limit, max_steps, a, cum, act, need, fstep, k_j, ctx_sum, repair)
+    run = DecodeRun(inst, limit, max_steps, ahead)
     return run if run.num_steps > 0 else None
+
+
+class _Ahead(NamedTuple):
+    """Decode rows ``lo..hi-1`` over the next steps, on their own: per step and row the
+    accepted drafts, tokens emitted by the step's end (``cum``), whether the row decodes
+    (``act``) and the blocks it holds (``need``: never less than now, kept after it
+    finishes); per row its finishing step (``fstep``, the step count if none); per step
+    the rows decoding (``k_j``), their context (``ctx_sum``) and the drafter's repair."""
+
+    accepted: np.ndarray | None
+    cum: np.ndarray
+    act: np.ndarray
+    need: np.ndarray
+    fstep: np.ndarray
+    k_j: np.ndarray
+    ctx_sum: np.ndarray
+    repair: np.ndarray
+
+
+def _look_ahead(inst: Instance, lo: int, hi: int, steps: int) -> _Ahead | None:
+    """The next ``steps`` decode steps of rows ``lo..hi-1`` (a run's rows when it is
+    planned, a row joining it), or None when their acceptance rates would change over
+    the steps (a multi-module re-prefill cache short of entries, decaying stale
+    weights)."""
+    rows = slice(lo, hi)
+    n = inst.n_spec
+    if inst.multi_module and (inst.cache_valid[rows] < n - 1).any():
+        return None
+    has_stale = bool(n) and bool(inst.stale[rows].any())
+    if has_stale and inst.decay_tokens is not None:
+        return None
+    a: np.ndarray | None = None
+    if n:
+        a = inst.sampler.draw_steps(steps, inst.akey[rows],
+                                    inst.adraw[rows] + inst.n_drafts[rows],
+                                    inst.surv[rows] if has_stale else None)
+        e = a + 1
+    else:
+        e = np.ones((steps, hi - lo), dtype=np.int64)
+    cum = e.cumsum(axis=0)
+    # cum rises every step: the steps before a row's finishing step are those with
+    # cum < remaining, so their count is the finishing step
+    fstep = (cum < inst.tgt[rows] - inst.out[rows]).sum(axis=0)
+    act = inst.run_steps[:steps] <= fstep
+    ctx_start = cum - e
+    ctx_start += inst.ctx[rows]
+    k_j = act.sum(axis=1)
+    ctx_sum = (ctx_start * act).sum(axis=1)
+    repair = np.zeros(steps, dtype=np.int64)
+    if inst.multi_module:
+        assert a is not None
+        # multi-module MTP's standalone repair: the drafter re-prefills the positions the
+        # previous step rejected, bar one
+        repair[0] = np.maximum(inst.prev_rej[rows] - 1, 0).sum()
+        if steps > 1:
+            repair[1:] = (np.maximum(n - 1 - a[:-1], 0) * act[1:]).sum(axis=1)
+    need = inst.layout.blocks_for_array(ctx_start + 1 + n)
+    np.maximum(need, inst.blocks[rows], out=need)
+    need *= act
+    np.maximum.accumulate(need, axis=0, out=need)
+    return _Ahead(a, cum, act, need, fstep, k_j, ctx_sum, repair)

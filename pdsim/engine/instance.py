@@ -137,15 +137,13 @@ class Instance:
         self.up = True
         self.epoch = 0  # bumped when the instance goes down, voiding the step in progress
         # decode runs (``decode_run``): the one being followed, the event that resumes the
-        # loop when it ends, and the steps a run plans (sized by how long recent runs
-        # lasted)
+        # loop when it ends, and the steps a run plans
         self.active_run: DecodeRun | None = None
         self._run_over: simpy.Event | None = None
         self.max_run_steps = 64
         self.run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
         self.run_rows = np.arange(s)
         self.row_capacity = s
-        self._run_len_avg = 8.0
         # facts
         # per step: end time, and (start, end, prefill tokens, decode requests, KV blocks
         # used, running, waiting, receiving) as 8 flat doubles: compact at 100k+ steps
@@ -310,15 +308,8 @@ class Instance:
         self.active_run = None
         self._run_over = None
         run.commit()
-        self._run_len_avg += 0.25 * (run.cur + 1 - self._run_len_avg)
         if over is not None and not over.triggered:
             succeed_first(over)  # the loop goes on at once, as after a single step
-
-    def run_length_hint(self) -> int:
-        """Steps to plan a decode run for: about twice what recent runs lasted (planning
-        fewer only means another run; planning many more wastes work on steps an
-        outside event will cut off)."""
-        return max(4, min(self.max_run_steps, int(2 * self._run_len_avg) + 2))
 
     # --------------------------------------------------------------- schedule
 
@@ -723,12 +714,17 @@ class Instance:
             np.minimum(out, tgt, out=out)
             # release from the highest row down so moved rows are never revisited
             for s in np.flatnonzero(done)[::-1].tolist():
-                self._finish_row(s, step, now)
+                self.finish_row(s, step, now)
 
-    def _finish_row(self, s: int, step: int, at_s: float) -> None:
+    def finish_row(self, s: int, step: int, at_s: float, vacate: bool = True) -> None:
+        """Decode row ``s`` emitted its last token in step ``step``: settle the row into its
+        request, free its blocks and finish it at ``at_s``; the row is vacated unless a
+        decode run keeps it until it commits."""
         req = self.req_of_slot[s]
         assert req is not None
-        self._release_slot(req, step)
+        self.settle_slot(req, step)
+        if vacate:
+            self.vacate_slot(s)
         self.running.remove(req)
         self.pool.free(req.id)
         req.phase = Phase.DONE
