@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
 from pdsim.errors import PdsimError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -26,10 +27,6 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-s", help="Override a config value: dotted.key=value (repeatable).")]
-SeedOpt = Annotated[int | None, typer.Option(help="Random seed (overrides the config's).")]
-ConfigArg = Annotated[Path, typer.Argument(help="YAML config file.")]
 
 
 def user_errors(fn: F) -> F:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
 from pdsim.commands.validate import format_error, format_value
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def _param_specs(items: list[str]) -> tuple[list[str], dict[str, tuple[float, fl
 
 def register(app: typer.Typer) -> None:
     """Add ``pdsim calibrate`` to ``app``."""
-    from pdsim.cli import ConfigArg, SeedOpt, SetOpt, console, err_console, user_errors
+    from pdsim.cli import console, err_console, user_errors
 
     ResultList = Annotated[list[Path] | None, typer.Option(
         help="A vllm bench serve result (repeatable).")]

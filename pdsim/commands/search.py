@@ -12,10 +12,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from pdsim.commands._options import SeedOpt, SetOpt
+
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config file (with an slo section).")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-s", help="Override a config value: dotted.key=value (repeatable).")]
-SeedOpt = Annotated[int | None, typer.Option(help="Random seed (overrides the config's).")]
 
 
 def _ms(v: Any) -> str:

@@ -13,10 +13,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-ConfigArg = Annotated[Path, typer.Argument(help="YAML config file.")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-s", help="Override a config value: dotted.key=value (repeatable).")]
-SeedOpt = Annotated[int | None, typer.Option(help="Random seed (overrides the config's).")]
+from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
 
 # (column, header, display scale, digits): the metrics the terminal table shows
 SHOWN_METRICS: tuple[tuple[str, str, float, int], ...] = (

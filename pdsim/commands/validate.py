@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
+
 if TYPE_CHECKING:
     from pdsim.realdata.validate import ValidationReport
 
@@ -68,7 +70,7 @@ def validation_table(rep: "ValidationReport", tolerance: float | None,
 
 def register(app: typer.Typer) -> None:
     """Add ``pdsim validate`` to ``app``."""
-    from pdsim.cli import ConfigArg, SeedOpt, SetOpt, console, user_errors
+    from pdsim.cli import console, user_errors
 
     @app.command()
     @user_errors

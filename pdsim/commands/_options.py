@@ -1,0 +1,15 @@
+"""Command-line options several ``pdsim`` commands share.
+
+No ``from __future__ import annotations`` in the modules that use these: typer reads the
+option types at runtime from their globals.
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", "-s", help="Override a config value: dotted.key=value (repeatable).")]
+SeedOpt = Annotated[int | None, typer.Option(help="Random seed (overrides the config's).")]
+ConfigArg = Annotated[Path, typer.Argument(help="YAML config file.")]
