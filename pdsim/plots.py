@@ -240,6 +240,15 @@ def _stairs_by_instance(ax: Axes, runs: Mapping[str, RunData], metric: str,
     return drawn
 
 
+def _style_series(ax: Any, ylabel: str, legend: bool = True) -> None:
+    """The look of a quantity-over-time panel: label, zero baseline, grid, legend."""
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize="small", loc="upper right")
+
+
 def kv_usage_figure(data: Any) -> Figure:
     """KV-cache usage (% of each instance's blocks) over time, time-weighted per bin."""
     runs = _runs(data)
@@ -247,10 +256,7 @@ def kv_usage_figure(data: Any) -> Figure:
     ax = fig.subplots()
     if _stairs_by_instance(ax, runs, "kv_usage", 100.0):
         ax.set_xlabel("simulated time (s)")
-        ax.set_ylabel("KV cache used (%)")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small", loc="upper right")
+        _style_series(ax, "KV cache used (%)")
     else:
         _note(ax, "no time series (timeseries.csv) for this run")
     ax.set_title(f"KV cache usage over time: {_title(runs)}")
@@ -269,9 +275,7 @@ def queue_depth_figure(data: Any) -> Figure:
     for ax, (metric, label) in zip(axes, panels, strict=True):
         if _stairs_by_instance(ax, runs, metric):
             any_drawn = True
-            ax.set_ylabel(f"{label}\nrequests")
-            ax.set_ylim(bottom=0)
-            ax.grid(alpha=0.3)
+            _style_series(ax, f"{label}\nrequests", legend=False)
         else:
             _note(ax, "no time series (timeseries.csv) for this run")
     if any_drawn:
@@ -321,10 +325,7 @@ def throughput_figure(data: Any) -> Figure:
                              f"overall {mean:.0f} tok/s")
         drawn = True
     if drawn:
-        ax.set_ylabel("output tokens/s")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small", loc="upper right")
+        _style_series(ax, "output tokens/s")
     else:
         _note(ax, "no per-request records for this run")
     if links:
@@ -337,10 +338,7 @@ def throughput_figure(data: Any) -> Figure:
                        else _color(name, list(runs).index(name)),
                        label=track.name if len(runs) == 1 else
                        f"{_label(name)}: {track.name}")
-        lax.set_ylabel("KV link in use (GB/s)")
-        lax.set_ylim(bottom=0)
-        lax.grid(alpha=0.3)
-        lax.legend(fontsize="small", loc="upper right")
+        _style_series(lax, "KV link in use (GB/s)")
     axes[-1].set_xlabel("simulated time (s)")
     fig.suptitle(f"Throughput over time: {_title(runs)}")
     return fig
