@@ -95,6 +95,17 @@ def counter_uniform_steps(keys: np.ndarray, counters: np.ndarray, steps: int) ->
                      * np.uint64(_GAMMA))
 
 
+def counter_uniform_run(key: int, counter: int, steps: int) -> np.ndarray:
+    """``counter_uniforms`` of one item at counters ``counter .. counter + steps - 1``, as a
+    1-D array: the same values as ``counter_uniform_steps`` for a single key, with the
+    Weyl state of the first draw computed on Python ints (a per-request draw's cost is
+    its number of array operations, not its length)."""
+    first = (key + (counter + 1) * _GAMMA) & _MASK64
+    steps_gamma = (_STEP_GAMMA[:steps] if steps <= len(_STEP_GAMMA)
+                   else np.arange(steps, dtype=np.uint64) * np.uint64(_GAMMA))
+    return _finalize(steps_gamma + np.uint64(first))
+
+
 def _finalize(z: np.ndarray) -> np.ndarray:
     """SplitMix64's output function on a Weyl state array (in place), as [0, 1) floats."""
     z ^= z >> np.uint64(30)

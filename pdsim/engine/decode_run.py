@@ -257,25 +257,27 @@ class DecodeRun:
         s = j + 1
         if c != self.ncols or s >= self.max_steps:
             return False
-        ahead = _look_ahead(inst, c, c + 1, self.K - s)
-        if ahead is None:
+        row = _look_ahead_row(inst, c, self.K - s)
+        if row is None:
             return False
-        f = int(ahead.fstep[0])  # its finishing step, counted from s
+        f, live = row.fstep, len(row.ctx_start)  # finishing step from s; steps it decodes
         held = int(inst.blocks[c])
         steps_new = min(self.max_steps, max(self.num_steps, s + f + 1))
-        grow = int(ahead.need[steps_new - 1 - s, 0]) - held
+        grow = int(row.need[min(steps_new - 1 - s, live - 1)]) - held
         if grow > inst.pool.num_free - self.reserve:
             return False
         # the column, from step s
         if c == self.cum.shape[1]:
             self._grow_columns()
         self.ncols = c + 1
-        if ahead.accepted is not None:
+        e = s + live
+        if row.accepted is not None:
             assert self.accepted is not None
-            self.accepted[s:, c] = ahead.accepted[:, 0]
-        self.cum[s:, c] = ahead.cum[:, 0]
-        self.act[s:, c] = ahead.act[:, 0]
-        self.need[s:, c] = ahead.need[:, 0]
+            self.accepted[s:e, c] = row.accepted[:live]
+        self.cum[s:e, c] = row.cum[:live]
+        self.act[s:e, c] = True
+        self.need[s:e, c] = row.need
+        self.need[e:, c] = row.need[-1]  # kept after it finishes
         self.fstep[c] = s + f
         self.start[c] = s
         self.held0[c] = held
@@ -286,11 +288,12 @@ class DecodeRun:
             if s + f not in self._finishes:
                 bisect.insort(self._finish_steps, s + f)
             self._finishes.setdefault(s + f, []).insert(0, c)
-        # the steps it takes part in (its first repairs nothing: the step that ended its
-        # prefill rejected nothing)
-        self.k_j[s:] += ahead.k_j
-        self.ctx_sum[s:] += ahead.ctx_sum
-        self.repair[s:] += ahead.repair
+        # the steps it takes part in
+        self.k_j[s:e] += 1
+        self.ctx_sum[s:e] += row.ctx_start
+        self.repair[s] += row.repair_first
+        if row.repair_after is not None:
+            self.repair[s + 1:e] += row.repair_after
         self.num_steps = steps_new
         self._retime(s)
         return self.num_steps > s
@@ -455,7 +458,7 @@ def plan_decode_run(inst: Instance) -> DecodeRun | None:
     if not k or inst.prefilling or not inst.decodes:
         return None
     K = inst.max_run_steps
-    ahead = _look_ahead(inst, 0, k, K)
+    ahead = _look_ahead(inst, k, K)
     if ahead is None:
         return None
     # never past the step in which the last row finishes (no empty steps) unless rows
@@ -473,7 +476,7 @@ def plan_decode_run(inst: Instance) -> DecodeRun | None:
 
 
 class _Ahead(NamedTuple):
-    """Decode rows ``lo..hi-1`` over the next steps, on their own: per step and row the
+    """Decode rows over the next steps, on their own: per step and row the
     accepted drafts, tokens emitted by the step's end (``cum``), whether the row decodes
     (``act``) and the blocks it holds (``need``: never less than now, kept after it
     finishes); per row its finishing step (``fstep``, the step count if none); per step
@@ -489,12 +492,11 @@ class _Ahead(NamedTuple):
     repair: np.ndarray
 
 
-def _look_ahead(inst: Instance, lo: int, hi: int, steps: int) -> _Ahead | None:
-    """The next ``steps`` decode steps of rows ``lo..hi-1`` (a run's rows when it is
-    planned, a row joining it), or None when their acceptance rates would change over
-    the steps (a multi-module re-prefill cache short of entries, decaying stale
-    weights)."""
-    rows = slice(lo, hi)
+def _look_ahead(inst: Instance, k: int, steps: int) -> _Ahead | None:
+    """The next ``steps`` decode steps of rows ``0..k-1`` (a run's rows when it is
+    planned), or None when their acceptance rates would change over the steps (a
+    multi-module re-prefill cache short of entries, decaying stale weights)."""
+    rows = slice(0, k)
     n = inst.n_spec
     if inst.multi_module and (inst.cache_valid[rows] < n - 1).any():
         return None
@@ -508,7 +510,7 @@ def _look_ahead(inst: Instance, lo: int, hi: int, steps: int) -> _Ahead | None:
                                     inst.surv[rows] if has_stale else None)
         e = a + 1
     else:
-        e = np.ones((steps, hi - lo), dtype=np.int64)
+        e = np.ones((steps, k), dtype=np.int64)
     cum = e.cumsum(axis=0)
     # cum rises every step: the steps before a row's finishing step are those with
     # cum < remaining, so their count is the finishing step
@@ -531,3 +533,55 @@ def _look_ahead(inst: Instance, lo: int, hi: int, steps: int) -> _Ahead | None:
     need *= act
     np.maximum.accumulate(need, axis=0, out=need)
     return _Ahead(a, cum, act, need, fstep, k_j, ctx_sum, repair)
+
+
+class _AheadRow(NamedTuple):
+    """One decode row over the next steps (a row joining a run), as 1-D arrays over the
+    steps it decodes (``live`` = ``len(ctx_start)``, up to and including its finishing
+    step): what ``_Ahead`` holds for one column, without the steps after it finishes.
+    ``accepted`` and ``cum`` span all the steps asked for."""
+
+    accepted: np.ndarray | None
+    cum: np.ndarray
+    fstep: int  # its finishing step, the step count when it does not finish
+    ctx_start: np.ndarray
+    need: np.ndarray
+    repair_first: int
+    repair_after: np.ndarray | None  # drafter repair in its steps after the first
+
+
+def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
+    """``_look_ahead`` of the single row ``c``, or None as there. A row joins a run once
+    per request, so its look-ahead's cost is its number of array operations: scalars are
+    read once, draws are 1-D and nothing is computed past the row's finishing step."""
+    n = inst.n_spec
+    multi = inst.multi_module
+    if multi and inst.cache_valid[c] < n - 1:
+        return None
+    a: np.ndarray | None = None
+    if n:
+        stale = inst.stale[c]
+        has_stale = bool(stale.any())
+        if has_stale and inst.decay_tokens is not None:
+            return None
+        a = inst.sampler.draw_run(steps, int(inst.akey[c]),
+                                  int(inst.adraw[c]) + int(inst.n_drafts[c]),
+                                  inst.surv[c] if has_stale else None)
+        e = a + 1
+    else:
+        e = np.ones(steps, dtype=np.int64)
+    cum = e.cumsum()
+    # cum rises every step: the steps before the finishing one are those with cum < left
+    f = int(np.searchsorted(cum, int(inst.tgt[c]) - int(inst.out[c])))
+    live = min(f + 1, steps)
+    ctx_start = cum[:live] - e[:live]
+    ctx_start += int(inst.ctx[c])
+    repair_first = max(int(inst.prev_rej[c]) - 1, 0) if multi else 0
+    repair_after = None
+    if multi and live > 1:
+        assert a is not None
+        repair_after = np.maximum(n - 1 - a[:live - 1], 0)
+    # context only grows, so the blocks it needs do too
+    need = inst.layout.blocks_for_array(ctx_start + (1 + n))
+    np.maximum(need, int(inst.blocks[c]), out=need)
+    return _AheadRow(a, cum, f, ctx_start, need, repair_first, repair_after)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pdsim.rng import counter_key, counter_uniform_steps, counter_uniforms
+from pdsim.rng import counter_key, counter_uniform_run, counter_uniform_steps, counter_uniforms
 
 
 class AcceptanceSampler:
@@ -79,6 +79,16 @@ class AcceptanceSampler:
         Row j equals ``draw(keys, counters + j, survival)``.
         """
         return self._accepted(counter_uniform_steps(keys, counters, steps), survival)
+
+    def draw_run(self, steps: int, key: int, counter: int,
+                 survival: np.ndarray | None = None) -> np.ndarray:
+        """Accepted prefix lengths (1-D, ``steps`` long) of one request's next ``steps``
+        verifications from ``counter`` on: ``draw_steps`` for a single request, whose
+        ``survival`` (length N) is non-increasing, so one binary search per draw."""
+        u = counter_uniform_run(key, counter, steps)
+        asc = self._survival_asc if survival is None else survival[::-1]
+        below: np.ndarray = np.searchsorted(asc, u, side="right")
+        return self._n - below
 
 
 def expected_tokens_per_step(conditional_rates: np.ndarray) -> float:

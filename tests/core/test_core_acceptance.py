@@ -153,6 +153,22 @@ def test_window_of_steps_equals_steps_one_by_one(steps: int, k: int, seed: int,
         np.stack([s.draw(keys, start + j, surv) for j in range(steps)]))
 
 
+@settings(max_examples=40, deadline=None)
+@given(steps=st.integers(1, 300), seed=st.integers(0, 2**16), stale=st.booleans(),
+       start=st.integers(0, 10**6))
+def test_one_request_run_equals_its_column_of_steps(steps: int, seed: int, stale: bool,
+                                                    start: int) -> None:
+    """``draw_run`` (one request, 1-D) is ``draw_steps``'s column for that request, past
+    the precomputed Weyl increments (256 steps) too."""
+    s = _sampler([0.8, 0.6, 0.4], stream=seed)
+    surv = s.survival_of(np.random.default_rng(seed).random((1, 3))) if stale else None
+    keys = _keys(s, [seed])
+    np.testing.assert_array_equal(
+        s.draw_run(steps, int(keys[0]), start, None if surv is None else surv[0]),
+        s.draw_steps(steps, keys, np.array([start]), surv)[:, 0])
+
+
+
 # ------------------------------------------------------------ runs vs theory
 
 
