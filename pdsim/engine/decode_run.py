@@ -316,7 +316,7 @@ class DecodeRun:
         self.dts[lo:m] = decode_step_times_s(self.inst.step_model, k_j, k_j * self.q,
                                              self.ctx_sum[lo:m], self.repair[lo:m])
         ends = self.ends_rel
-        np.cumsum(self.dts[lo:m], out=ends[lo:m])
+        self.dts[lo:m].cumsum(out=ends[lo:m])
         if lo:
             ends[lo:m] += ends[lo - 1]
         self._moved(lo)
@@ -339,8 +339,8 @@ class DecodeRun:
         m = self.num_steps
         ends = self.ends_rel
         if ends[m - 1] > self.fault_in:
-            self.num_steps = m = max(self.cur + 1, int(np.searchsorted(
-                ends[:m], self.fault_in, side="right")))
+            self.num_steps = m = max(self.cur + 1, int(ends[:m].searchsorted(
+                self.fault_in, side="right")))
         self.ends = (ends[:m] + self.t0).tolist()
         if lo:
             self._gen += 1
@@ -561,7 +561,7 @@ def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
     a: np.ndarray | None = None
     if n:
         stale = inst.stale[c]
-        has_stale = bool(stale.any())
+        has_stale = np.count_nonzero(stale) > 0
         if has_stale and inst.decay_tokens is not None:
             return None
         a = inst.sampler.draw_run(steps, int(inst.akey[c]),
@@ -572,7 +572,7 @@ def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
         e = np.ones(steps, dtype=np.int64)
     cum = e.cumsum()
     # cum rises every step: the steps before the finishing one are those with cum < left
-    f = int(np.searchsorted(cum, int(inst.tgt[c]) - int(inst.out[c])))
+    f = int(cum.searchsorted(int(inst.tgt[c]) - int(inst.out[c])))
     live = min(f + 1, steps)
     ctx_start = cum[:live] - e[:live]
     ctx_start += int(inst.ctx[c])

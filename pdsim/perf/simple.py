@@ -17,48 +17,73 @@ class SimpleStepTime:
     drafters, 0 otherwise).
     """
 
-    __slots__ = ("_c", "_draft_modules_prefill", "_draft_passes_decode")
+    __slots__ = ("_c", "_draft_cost_s", "_draft_modules_prefill", "_draft_passes_decode",
+                 "_tables")
 
     def __init__(self, cfg: SimpleStepTimeConfig, draft_passes_decode: int,
                  draft_modules_prefill: int) -> None:
         self._c = cfg
         self._draft_passes_decode = draft_passes_decode
         self._draft_modules_prefill = draft_modules_prefill
+        self._draft_cost_s = cfg.per_token_s * cfg.drafter_token_cost_ratio
+        self._tables: tuple[np.ndarray, np.ndarray, np.ndarray] = (
+            np.zeros(0), np.zeros(0), np.zeros(0))
 
     def step_time_s(self, batch: StepBatch) -> float:
         c = self._c
-        tokens = batch.prefill_tokens + batch.decode_tokens
-        t = c.overhead_s + max(c.weights_floor_s, tokens * c.per_token_s)
+        t = self._target_s(batch.prefill_tokens + batch.decode_tokens)
         t += batch.decode_context_tokens * c.per_context_token_s
         t += batch.prefill_attention_pairs * c.per_attention_pair_s
-        draft_cost = c.per_token_s * c.drafter_token_cost_ratio
-        if self._draft_passes_decode and batch.decode_requests:
-            per_pass = max(c.drafter_floor_s, batch.decode_requests * draft_cost)
-            t += self._draft_passes_decode * per_pass
-        if self._draft_modules_prefill and (batch.prefill_tokens or batch.drafter_repair_tokens):
-            work = batch.prefill_tokens + batch.drafter_repair_tokens
-            t += self._draft_modules_prefill * max(c.drafter_floor_s, work * draft_cost)
+        t += self._decode_passes_s(batch.decode_requests)
+        t += self._prefill_passes_s(batch.prefill_tokens + batch.drafter_repair_tokens)
         return t
+
+    def _target_s(self, tokens: int) -> float:
+        """The target's fixed cost and its weight-bound (or token-bound) forward pass."""
+        c = self._c
+        return c.overhead_s + max(c.weights_floor_s, tokens * c.per_token_s)
+
+    def _decode_passes_s(self, requests: int) -> float:
+        """The drafter's passes after verification, over the decoding requests."""
+        if not self._draft_passes_decode or not requests:
+            return 0.0
+        return self._draft_passes_decode * max(self._c.drafter_floor_s,
+                                               requests * self._draft_cost_s)
+
+    def _prefill_passes_s(self, tokens: int) -> float:
+        """The drafter modules over prefill tokens and re-prefilled (repair) positions."""
+        if not self._draft_modules_prefill or not tokens:
+            return 0.0
+        return self._draft_modules_prefill * max(self._c.drafter_floor_s,
+                                                 tokens * self._draft_cost_s)
 
     def decode_step_times_s(self, decode_requests: np.ndarray, decode_tokens: np.ndarray,
                             decode_context_tokens: np.ndarray,
                             drafter_repair_tokens: np.ndarray) -> np.ndarray:
-        """``step_time_s`` of pure-decode steps, vectorized (the same terms, in the
-        same order, so the results agree to the last bit)."""
-        c = self._c
-        t = decode_tokens * c.per_token_s
-        np.maximum(t, c.weights_floor_s, out=t)
-        t += c.overhead_s
-        t += decode_context_tokens * c.per_context_token_s
-        if self._draft_passes_decode:
-            per_pass = decode_requests * (c.per_token_s * c.drafter_token_cost_ratio)
-            np.maximum(per_pass, c.drafter_floor_s, out=per_pass)
-            per_pass *= self._draft_passes_decode
-            t += np.where(decode_requests > 0, per_pass, 0.0)
-        if self._draft_modules_prefill and drafter_repair_tokens.any():
-            draft_cost = c.per_token_s * c.drafter_token_cost_ratio
-            work = drafter_repair_tokens * draft_cost
-            np.maximum(work, c.drafter_floor_s, out=work)
-            work *= self._draft_modules_prefill
-            t += np.where(drafter_repair_tokens > 0, work, 0.0)
+        """``step_time_s`` of pure-decode steps, vectorized: the terms that depend on a
+        count (query tokens, requests, repair positions) are read from tables the scalar
+        terms fill, and added in ``step_time_s``'s order (its attention-pair term is
+        0.0 here, adding it changes nothing), so the results agree to the last bit in a
+        handful of array operations."""
+        tables = self._tables
+        try:
+            t = tables[0][decode_tokens]
+            t += decode_context_tokens * self._c.per_context_token_s
+            t += tables[1][decode_requests]
+            t += tables[2][drafter_repair_tokens]
+        except IndexError:  # a count past the tables: grow them and price again
+            self._grow_tables(int(decode_tokens.max()), int(decode_requests.max()),
+                              int(drafter_repair_tokens.max()))
+            return self.decode_step_times_s(decode_requests, decode_tokens,
+                                            decode_context_tokens, drafter_repair_tokens)
         return t
+
+    def _grow_tables(self, tokens: int, requests: int, repair: int) -> None:
+        """Tables of the count terms up to at least the counts given (doubling)."""
+        terms = (self._target_s, self._decode_passes_s, self._prefill_passes_s)
+        grown = []
+        for table, term, need in zip(self._tables, terms, (tokens, requests, repair),
+                                     strict=True):
+            size = max(2 * len(table), need + 1, 64)
+            grown.append(np.array([term(x) for x in range(size)], dtype=np.float64))
+        self._tables = (grown[0], grown[1], grown[2])

@@ -56,7 +56,7 @@ class AcceptanceSampler:
 
     def _accepted(self, u: np.ndarray, survival: np.ndarray | None) -> np.ndarray:
         if survival is None:
-            below: np.ndarray = np.searchsorted(self._survival_asc, u, side="right")
+            below: np.ndarray = self._survival_asc.searchsorted(u, side="right")
             return self._n - below
         accepted: np.ndarray = (u[..., None] < survival).sum(axis=-1)
         return accepted
@@ -87,7 +87,7 @@ class AcceptanceSampler:
         ``survival`` (length N) is non-increasing, so one binary search per draw."""
         u = counter_uniform_run(key, counter, steps)
         asc = self._survival_asc if survival is None else survival[::-1]
-        below: np.ndarray = np.searchsorted(asc, u, side="right")
+        below: np.ndarray = asc.searchsorted(u, side="right")
         return self._n - below
 
 

@@ -38,6 +38,29 @@ def test_simple_model_vectorized_equals_scalar(seed: int, method: str) -> None:
                                   _scalar(model, *batches))
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31),
+       coef=st.tuples(*(st.floats(0, 0.05, allow_subnormal=False) for _ in range(3)),
+                      st.floats(0, 1e-4), st.floats(0, 1e-8), st.floats(0, 2.0)))
+def test_simple_model_vectorized_equals_scalar_for_any_coefficients(
+        seed: int, coef: tuple[float, ...]) -> None:
+    """The vectorized path reads count terms from tables the scalar terms fill: equal bit
+    for bit whatever the coefficients, for counts past the tables' first size too."""
+    overhead, floor, drafter_floor, per_token, per_ctx, ratio = coef
+    cfg = pdsim.load_config("configs/mtp3.yaml", [
+        "step_time.kind=simple", f"step_time.overhead_s={overhead!r}",
+        f"step_time.weights_floor_s={floor!r}",
+        f"step_time.drafter_floor_s={drafter_floor!r}", f"step_time.per_token_s={per_token!r}",
+        f"step_time.per_context_token_s={per_ctx!r}",
+        f"step_time.drafter_token_cost_ratio={ratio!r}"])
+    model = build_step_time_model(cfg, Role.DECODE)
+    rng = np.random.default_rng(seed)
+    reqs = rng.integers(0, 600, 40)
+    batches = (reqs, reqs * 4, rng.integers(0, 5_000_000, 40), rng.integers(0, 1500, 40))
+    np.testing.assert_array_equal(decode_step_times_s(model, *batches),
+                                  _scalar(model, *batches))
+
+
 def test_models_without_a_vectorized_path_fall_back_to_step_by_step() -> None:
     cfg = pdsim.load_config("configs/inkling_small_pd_mtp8.yaml")
     model = build_step_time_model(cfg, Role.DECODE)
