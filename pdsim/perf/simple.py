@@ -67,7 +67,7 @@ class SimpleStepTime:
         handful of array operations."""
         tables = self._tables
         try:
-            t = tables[0][decode_tokens]
+            t: np.ndarray = tables[0][decode_tokens]
             t += decode_context_tokens * self._c.per_context_token_s
             t += tables[1][decode_requests]
             t += tables[2][drafter_repair_tokens]
