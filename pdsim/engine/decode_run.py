@@ -356,8 +356,10 @@ class DecodeRun:
         if a is not None:
             taken = a[int(self.start[s]): j + 1, s]
             inst.n_drafts[s] += len(taken)
-            inst.n_acc[s] += int(taken.sum())
-            inst.acc_pos[s] += (taken[:, None] > inst.arange_n).sum(axis=0)
+            # verifications that accepted at least i + 1 drafts, i = 0..N-1
+            at_least = np.bincount(taken, minlength=inst.n_spec + 1)[::-1].cumsum()[-2::-1]
+            inst.acc_pos[s] += at_least
+            inst.n_acc[s] += int(np.add.reduce(at_least))
         self.held_alive -= int(self.held0[s])
         self.alive_cols -= 1
         self.finished_rows.append(s)

@@ -119,6 +119,8 @@ class Instance:
                       self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale,
                       self.akey, self.adraw, self.surv)
         self.arange_n = np.arange(n)
+        self._stale_plans: dict[tuple[tuple[int, int, SlotCause, int], ...],
+                                tuple[list[tuple[int, float, float | None]], int]] = {}
 
         # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
         # the workload's hash blocks; P and colocated instances only
@@ -610,14 +612,18 @@ class Instance:
         self.n_acc[s] = 0
         self.acc_pos[s] = 0
         self.prev_rej[s] = 0  # the step that ends a prefill rejected nothing
-        self.stale[s] = 0.0
         if self.multi_module:
             self.cache_valid[s] = min(self.n_spec - 1, req.final_chunk_tokens)
         else:
             self.cache_valid[s] = self.n_spec  # no multi-module re-prefill cache to run dry
-        if self.n_spec and req.kv_from_remote:
-            self._init_remote_provenance(req, s)
-        self._refresh_survival(slice(s, s + 1))
+        stale = (self._remote_stale_weights(req) if self.n_spec and req.kv_from_remote
+                 else None)
+        if stale is None:
+            self.stale[s] = 0.0
+            self.surv[s] = self._clean_surv
+        else:
+            self.stale[s] = stale
+            self._refresh_survival(slice(s, s + 1))
 
     def _refresh_survival(self, rows: slice) -> None:
         """Recompute ``surv`` for ``rows`` from their stale weights."""
@@ -628,20 +634,39 @@ class Instance:
         self.surv[rows] = self.sampler.survival_of(
             self.cond * np.exp(-self.beta * stale[:, self.module_of_pos]))
 
-    def _init_remote_provenance(self, req: Request, s: int) -> None:
+    def _remote_stale_weights(self, req: Request) -> list[float] | None:
+        """Per drafter module, the stale weight of the slots P left in ``req``'s KV that D
+        does not rewrite (None when there are none): certain for unverified drafts, and
+        for each of P's guesses unless it guessed the real token (one provenance draw
+        per guessed slot, in slot order)."""
         rows = excess_profile(req.prompt_tokens - req.p_prompt_tokens,
                               req.prompt_tokens - req.d_first_local, self.num_modules,
                               req.prompt_tokens)
         if not rows:
-            return
-        lam = self.decay_tokens
-        q = self.guess_accuracy
-        rng = self.sim.provenance_rng
-        stale = self.stale[s]
-        for m, dist, cause, k in rows:
-            if cause is SlotCause.GUESS and rng.random() < q ** (k + 1):
+            return None
+        plan = self._stale_plans.get(rows)
+        if plan is None:
+            plan = self._stale_plans[rows] = self._stale_plan(rows)
+        slots, guesses = plan
+        draws = iter(self.sim.provenance_rng.random(guesses).tolist() if guesses else ())
+        weights = [0.0] * self.stale.shape[1]
+        added = False
+        for m, weight, right_p in slots:
+            if right_p is not None and next(draws) < right_p:
                 continue  # P guessed the real token: the slot is exact
-            stale[m] += 1.0 if lam is None else math.exp(-(dist - 1) / lam)
+            weights[m] += weight
+            added = True
+        return weights if added else None
+
+    def _stale_plan(self, rows: tuple[tuple[int, int, SlotCause, int], ...]
+                    ) -> tuple[list[tuple[int, float, float | None]], int]:
+        """(module, stale weight, chance P guessed right or None if stale for certain)
+        per excess slot, and how many are guesses."""
+        lam, q = self.decay_tokens, self.guess_accuracy
+        slots = [(m, 1.0 if lam is None else math.exp(-(dist - 1) / lam),
+                  q ** (k + 1) if cause is SlotCause.GUESS else None)
+                 for m, dist, cause, k in rows]
+        return slots, sum(1 for _, _, right_p in slots if right_p is not None)
 
     def _release_slot(self, req: Request, last_step: int) -> None:
         self.settle_slot(req, last_step)

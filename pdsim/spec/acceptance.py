@@ -58,7 +58,10 @@ class AcceptanceSampler:
         if survival is None:
             below: np.ndarray = self._survival_asc.searchsorted(u, side="right")
             return self._n - below
-        accepted: np.ndarray = (u[..., None] < survival).sum(axis=-1)
+        # one comparison per draft position (survival is (k, N), u is (..., k))
+        accepted: np.ndarray = (u < survival[:, 0]).astype(np.int64)
+        for i in range(1, self._n):
+            accepted += u < survival[:, i]
         return accepted
 
     def draw(self, keys: np.ndarray, counters: np.ndarray,
