@@ -53,6 +53,10 @@ class Simulation:
                 members.append(inst)
             self.by_role[role] = members
         self.by_name = {inst.name: inst for inst in self.instances}
+        # the role groups the request path reads (no enum hashing per request)
+        self.prefills = self.by_role.get(Role.PREFILL, [])
+        self.decodes = self.by_role.get(Role.DECODE, [])
+        self.colocated = self.by_role.get(Role.COLOCATED, [])
         self.links: dict[tuple[int, int], Link] = {}
         bw = config.connector.link_bandwidth_gb_per_s * 1e9
         for p in self.by_role.get(Role.PREFILL, []):
@@ -111,8 +115,9 @@ class Simulation:
 
     # --------------------------------------------------------------- routing
 
-    def _choose(self, role: Role, req: Request) -> Instance | None:
-        cands: Sequence[Instance] = [i for i in self.by_role[role] if i.up]
+    def _choose(self, group: list[Instance], req: Request) -> Instance | None:
+        """The router's pick among the instances of ``group`` that are up."""
+        cands: Sequence[Instance] = [i for i in group if i.up]
         if not cands:
             return None
         return cands[self.router.choose(cands, req)]
@@ -123,7 +128,7 @@ class Simulation:
             self.reject(req, "exceeds_max_model_len")
             return
         if cfg.cluster.mode == "colocated":
-            inst = self._choose(Role.COLOCATED, req)
+            inst = self._choose(self.colocated, req)
             if inst is None:
                 self.reject(req, "no_instance_up")
                 return
@@ -134,7 +139,7 @@ class Simulation:
             req.d_queued_s = self.env.now
             inst.add_request(req)
             return
-        p = self._choose(Role.PREFILL, req)
+        p = self._choose(self.prefills, req)
         if p is None:
             self.reject(req, "no_instance_up")
             return
@@ -145,7 +150,7 @@ class Simulation:
         req.seq_tokens = req.p_prompt_tokens  # P runs it with max_tokens = 1
         if not self._fits(p, req.p_prompt_tokens) or not any(
                 self._fits(d, req.prompt_tokens + req.output_target)
-                for d in self.by_role[Role.DECODE]):
+                for d in self.decodes):
             self.reject(req, "exceeds_kv_capacity")
             return
         req.p_instance = p.name
@@ -165,7 +170,7 @@ class Simulation:
         params.remote_engine_id = p.name
         params.remote_num_tokens = req.p_prompt_tokens
         params.remote_block_ids = tuple(p.pool.tables.get(req.id, ()))
-        d = self._choose(Role.DECODE, req)
+        d = self._choose(self.decodes, req)
         if d is None:
             p.release_pinned(req)
             self.fail(req, "no_instance_up")

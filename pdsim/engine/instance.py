@@ -25,7 +25,7 @@ from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, t
 from pdsim.perf.base import StepBatch
 from pdsim.perf.build import build_step_time_model
 from pdsim.spec.acceptance import expected_tokens_per_step
-from pdsim.spec.provenance import SlotCause, excess_profile
+from pdsim.spec.provenance import stale_plan
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -119,8 +119,6 @@ class Instance:
                       self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale,
                       self.akey, self.adraw, self.surv)
         self.arange_n = np.arange(n)
-        self._stale_plans: dict[tuple[tuple[int, int, SlotCause, int], ...],
-                                tuple[list[tuple[int, float, float | None]], int]] = {}
 
         # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
         # the workload's hash blocks; P and colocated instances only
@@ -639,34 +637,21 @@ class Instance:
         does not rewrite (None when there are none): certain for unverified drafts, and
         for each of P's guesses unless it guessed the real token (one provenance draw
         per guessed slot, in slot order)."""
-        rows = excess_profile(req.prompt_tokens - req.p_prompt_tokens,
-                              req.prompt_tokens - req.d_first_local, self.num_modules,
-                              req.prompt_tokens)
-        if not rows:
+        plan = stale_plan(req.prompt_tokens - req.p_prompt_tokens,
+                          req.prompt_tokens - req.d_first_local, self.num_modules,
+                          req.prompt_tokens, self.decay_tokens, self.guess_accuracy)
+        if not plan.slots:
             return None
-        plan = self._stale_plans.get(rows)
-        if plan is None:
-            plan = self._stale_plans[rows] = self._stale_plan(rows)
-        slots, guesses = plan
-        draws = iter(self.sim.provenance_rng.random(guesses).tolist() if guesses else ())
+        draws = iter(self.sim.provenance_rng.random(plan.num_guesses).tolist()
+                     if plan.num_guesses else ())
         weights = [0.0] * self.stale.shape[1]
         added = False
-        for m, weight, right_p in slots:
+        for m, weight, right_p in plan.slots:
             if right_p is not None and next(draws) < right_p:
                 continue  # P guessed the real token: the slot is exact
             weights[m] += weight
             added = True
         return weights if added else None
-
-    def _stale_plan(self, rows: tuple[tuple[int, int, SlotCause, int], ...]
-                    ) -> tuple[list[tuple[int, float, float | None]], int]:
-        """(module, stale weight, chance P guessed right or None if stale for certain)
-        per excess slot, and how many are guesses."""
-        lam, q = self.decay_tokens, self.guess_accuracy
-        slots = [(m, 1.0 if lam is None else math.exp(-(dist - 1) / lam),
-                  q ** (k + 1) if cause is SlotCause.GUESS else None)
-                 for m, dist, cause, k in rows]
-        return slots, sum(1 for _, _, right_p in slots if right_p is not None)
 
     def _release_slot(self, req: Request, last_step: int) -> None:
         self.settle_slot(req, last_step)

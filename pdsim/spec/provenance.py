@@ -22,6 +22,7 @@ functions, cached on the relative offsets: the engine calls them once per reques
 from __future__ import annotations
 
 import enum
+import math
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -94,3 +95,36 @@ def excess_profile(backoff: int, d_local: int, num_modules: int, prompt_tokens: 
     """
     clip = 4 * (num_modules + backoff + d_local + 2)
     return _relative(backoff, d_local, num_modules, min(prompt_tokens, clip))
+
+
+class StalePlan(NamedTuple):
+    """How D's excess slots of one profile turn into stale weight per drafter module:
+    per slot (in ``excess_profile`` order) its module, its stale weight and, for P's
+    guesses, the chance P guessed the real token (None: stale for certain);
+    ``num_guesses`` is how many provenance draws a request of this profile takes."""
+
+    slots: tuple[tuple[int, float, float | None], ...]
+    num_guesses: int
+
+
+def stale_plan(backoff: int, d_local: int, num_modules: int, prompt_tokens: int,
+               decay_tokens: float | None, guess_accuracy: float) -> StalePlan:
+    """The ``StalePlan`` of a request's excess slots, cached like ``excess_profile``.
+
+    A slot's weight is 1, or ``exp(-(distance - 1) / decay_tokens)`` when stale KV
+    decays with distance; guess ``k`` (P's sampled token is 0) is right with probability
+    ``guess_accuracy ** (k + 1)``.
+    """
+    clip = 4 * (num_modules + backoff + d_local + 2)
+    return _stale_plan(backoff, d_local, num_modules, min(prompt_tokens, clip), decay_tokens,
+                       guess_accuracy)
+
+
+@lru_cache(maxsize=4096)
+def _stale_plan(backoff: int, d_local: int, num_modules: int, prompt_tokens: int,
+                decay_tokens: float | None, guess_accuracy: float) -> StalePlan:
+    slots = tuple(
+        (m, 1.0 if decay_tokens is None else math.exp(-(dist - 1) / decay_tokens),
+         guess_accuracy ** (k + 1) if cause is SlotCause.GUESS else None)
+        for m, dist, cause, k in _relative(backoff, d_local, num_modules, prompt_tokens))
+    return StalePlan(slots, sum(1 for *_, right_p in slots if right_p is not None))

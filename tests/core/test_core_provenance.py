@@ -34,6 +34,7 @@ from pdsim.spec.provenance import (
     d_excess_stale_slots,
     excess_profile,
     p_guessed_slots,
+    stale_plan,
 )
 
 GUESS, DRAFT = SlotCause.GUESS, SlotCause.UNVERIFIED_DRAFT
@@ -136,6 +137,29 @@ def test_excess_profile_is_independent_of_long_prompt_length(
     b = reference_backoff(n if n > 1 else 1, mamba, auto)
     d_local = max(b, 1)
     assert excess_profile(b, d_local, n, L) == excess_profile(b, d_local, n, 10**7)
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 8), mamba=st.booleans(), auto=st.booleans(),
+       L=st.integers(1, 100_000), decay=st.one_of(st.none(), st.floats(0.5, 50.0)),
+       accuracy=st.floats(0.0, 1.0))
+def test_stale_plan_weighs_each_excess_slot(n: int, mamba: bool, auto: bool, L: int,
+                                            decay: float | None, accuracy: float) -> None:
+    """The per-request plan the engine applies: one entry per excess slot, in order, with
+    its module, its weight (1, or decayed with its distance) and, for guesses only, the
+    chance the guess was right."""
+    b = min(reference_backoff(n if n > 1 else 1, mamba, auto), L - 1)
+    d_local = max(b, 1)
+    rows = excess_profile(b, d_local, n, L)
+    plan = stale_plan(b, d_local, n, L, decay, accuracy)
+    assert len(plan.slots) == len(rows)
+    assert plan.num_guesses == sum(1 for r in rows if r[2] is GUESS)
+    for (m, dist, cause, k), (pm, weight, right_p) in zip(rows, plan.slots, strict=True):
+        assert pm == m
+        assert weight == (1.0 if decay is None else pytest.approx(
+            2.718281828459045 ** (-(dist - 1) / decay)))
+        assert right_p == (accuracy ** (k + 1) if cause is GUESS else None)
+
 
 
 # ------------------------------------------------------- D's state in simulations
