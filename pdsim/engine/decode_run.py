@@ -530,7 +530,7 @@ def _look_ahead(inst: Instance, k: int, steps: int) -> _Ahead | None:
         repair[0] = np.maximum(inst.prev_rej[rows] - 1, 0).sum()
         if steps > 1:
             repair[1:] = (np.maximum(n - 1 - a[:-1], 0) * act[1:]).sum(axis=1)
-    need = inst.layout.blocks_for_array(ctx_start + 1 + n)
+    need = inst.layout.blocks_for_array(ctx_start, 1 + n)
     np.maximum(need, inst.blocks[rows], out=need)
     need *= act
     np.maximum.accumulate(need, axis=0, out=need)
@@ -584,6 +584,6 @@ def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
         assert a is not None
         repair_after = np.maximum(n - 1 - a[:live - 1], 0)
     # context only grows, so the blocks it needs do too
-    need = inst.layout.blocks_for_array(ctx_start + (1 + n))
+    need = inst.layout.blocks_for_array(ctx_start, 1 + n)
     np.maximum(need, int(inst.blocks[c]), out=need)
     return _AheadRow(a, cum, f, ctx_start, need, repair_first, repair_after)

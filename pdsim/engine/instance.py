@@ -375,7 +375,7 @@ class Instance:
         k = self.k
         if k:
             while True:
-                need = layout.blocks_for_array(self.ctx[:k] + q) - self.blocks[:k]
+                need = layout.blocks_for_array(self.ctx[:k], q) - self.blocks[:k]
                 total = int(need.sum()) if need.any() else 0
                 if total <= pool.num_free:
                     break

@@ -171,9 +171,17 @@ class KVLayout:
             n += -(-(kept * bpt) // self.block_bytes)
         return n
 
-    def blocks_for_array(self, tokens: np.ndarray) -> np.ndarray:
-        """``blocks_for`` over an int array."""
+    def blocks_for_array(self, tokens: np.ndarray, plus: int = 0) -> np.ndarray:
+        """``blocks_for(t + plus)`` for each ``t`` of an int array (two array operations
+        when the layout has no sliding-window groups)."""
         bs = self.block_size
+        if not self.sliding:
+            n: np.ndarray = (tokens + (plus + bs - 1)) // bs  # a ceiling division
+            if self.fixed_blocks:
+                n += self.fixed_blocks
+            return n
+        if plus:
+            tokens = tokens + plus
         n = -(-tokens // bs) + self.fixed_blocks
         for retained, bpt in self.sliding:
             kept = -(-np.minimum(tokens, retained) // bs) * bs

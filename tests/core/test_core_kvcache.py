@@ -177,9 +177,11 @@ def test_mamba_state_is_fixed_blocks() -> None:
 @settings(max_examples=40, deadline=None)
 @given(n_spec=st.sampled_from([0, 1, 3, 8]), mamba=st.booleans(), sliding=st.booleans(),
        block_size=st.sampled_from([1, 16, 64, 128]),
-       tokens=st.lists(st.integers(0, 20_000), min_size=1, max_size=20))
+       tokens=st.lists(st.integers(0, 20_000), min_size=1, max_size=20),
+       plus=st.integers(0, 300))
 def test_blocks_for_array_matches_scalar_and_is_monotone(
-        n_spec: int, mamba: bool, sliding: bool, block_size: int, tokens: list[int]) -> None:
+        n_spec: int, mamba: bool, sliding: bool, block_size: int, tokens: list[int],
+        plus: int) -> None:
     groups = [ATTENTION]
     if sliding:
         groups.append({"kind": "sliding_window", "num_layers": 4,
@@ -191,6 +193,8 @@ def test_blocks_for_array_matches_scalar_and_is_monotone(
     lay = KVLayout.from_config(cfg, block_size)
     arr = lay.blocks_for_array(np.asarray(tokens, dtype=np.int64))
     assert arr.tolist() == [lay.blocks_for(t) for t in tokens]
+    arr = lay.blocks_for_array(np.asarray(tokens, dtype=np.int64), plus)
+    assert arr.tolist() == [lay.blocks_for(t + plus) for t in tokens]
     srt = sorted(tokens)
     counts = [lay.blocks_for(t) for t in srt]
     assert counts == sorted(counts)
