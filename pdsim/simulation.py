@@ -57,6 +57,7 @@ class Simulation:
         self.prefills = self.by_role.get(Role.PREFILL, [])
         self.decodes = self.by_role.get(Role.DECODE, [])
         self.colocated = self.by_role.get(Role.COLOCATED, [])
+        self._max_model_len = config.model.max_model_len
         self.links: dict[tuple[int, int], Link] = {}
         bw = config.connector.link_bandwidth_gb_per_s * 1e9
         for p in self.by_role.get(Role.PREFILL, []):
@@ -123,11 +124,10 @@ class Simulation:
         return cands[self.router.choose(cands, req)]
 
     def _dispatch(self, req: Request) -> None:
-        cfg = self.config
-        if req.prompt_tokens + req.output_target > cfg.model.max_model_len:
+        if req.prompt_tokens + req.output_target > self._max_model_len:
             self.reject(req, "exceeds_max_model_len")
             return
-        if cfg.cluster.mode == "colocated":
+        if self.colocated:
             inst = self._choose(self.colocated, req)
             if inst is None:
                 self.reject(req, "no_instance_up")
@@ -157,9 +157,11 @@ class Simulation:
         req.p_queued_s = self.env.now
         p.add_request(req)
 
-    def _fits(self, inst: Instance, tokens: int) -> bool:
-        need = inst.layout.blocks_for(tokens + 1 + inst.n_spec)
-        return need <= inst.pool.num_blocks
+    @staticmethod
+    def _fits(inst: Instance, tokens: int) -> bool:
+        """A request of ``tokens`` tokens (plus its sampled token and drafts) fits in
+        ``inst``'s whole pool."""
+        return tokens <= inst.max_fit_tokens
 
     def on_prefill_done(self, req: Request, p: Instance) -> None:
         """P sampled its token: the proxy forwards the original request to a D."""

@@ -387,12 +387,11 @@ class DecodeRun:
         if a is not None:
             n = inst.n_spec
             am = a[:m, :k] * act
-            took = act.sum(axis=0)
+            took = np.add.reduce(act, axis=0, dtype=np.int64)
             inst.n_drafts[:k] += took
-            inst.n_acc[:k] += am.sum(axis=0)
-            acc_pos = inst.acc_pos
-            for i in range(n):  # drafts accepted at position i: those with a > i
-                acc_pos[:k, i] += (am > i).sum(axis=0)
+            inst.n_acc[:k] += np.add.reduce(am, axis=0)
+            # drafts accepted at position i: the steps with a > i
+            inst.acc_pos[:k] += np.add.reduce(am[:, :, None] > inst.arange_n, axis=0)
             if inst.multi_module:
                 rej = inst.prev_rej[:k]
                 np.copyto(rej, n - a[last, cols], where=took > 0)

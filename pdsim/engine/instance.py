@@ -66,6 +66,7 @@ class Instance:
         self.step_model = build_step_time_model(cfg, role)
         self.lookahead = cfg.num_prefill_lookahead_tokens  # the shared contract
         self.n_spec = cfg.speculative.num_speculative_tokens if role is not Role.PREFILL else 0
+        self.max_fit_tokens = self._max_fit_tokens()
         self.decodes = role is not Role.PREFILL
         self.multi_module = cfg.use_multi_module_mtp
         self.num_modules = cfg.num_drafter_modules
@@ -151,6 +152,22 @@ class Instance:
         self.step_log = array("d")
         self.busy_s = 0.0
         self.preemptions = 0
+
+    def _max_fit_tokens(self) -> int:
+        """The longest request (tokens, before its sampled token and first drafts) whose
+        KV fits in the whole pool; -1 if none. Block counts only grow with tokens, so a
+        binary search finds it."""
+        room = 1 + self.n_spec
+        lo, hi = -1, 1
+        while self.layout.blocks_for(hi + room) <= self.pool.num_blocks:
+            lo, hi = hi, 2 * hi
+        while hi - lo > 1:  # blocks_for(lo + room) fits (or lo == -1), hi's does not
+            mid = (lo + hi) // 2
+            if self.layout.blocks_for(mid + room) <= self.pool.num_blocks:
+                lo = mid
+            else:
+                hi = mid
+        return lo
 
     # ------------------------------------------------------------------ intake
 

@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from pdsim import Simulation
+from pdsim.config import Role
 from pdsim.engine.kvcache import BlockPool, KVCacheError, KVLayout
 
 # ------------------------------------------------------------------------ the pool
@@ -202,3 +204,31 @@ def test_blocks_for_array_matches_scalar_and_is_monotone(
         # whole blocks: the tokens always fit, and a transfer is whole blocks of bytes
         assert lay.blocks_for(t) * block_size >= t
         assert lay.transfer_bytes(t) == lay.blocks_for(t) * lay.block_bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(n_spec=st.sampled_from([0, 1, 3, 8]), mamba=st.booleans(), sliding=st.booleans(),
+       block_size=st.sampled_from([1, 16, 64]), blocks=st.integers(2_000, 50_000))
+def test_max_fit_tokens_is_the_longest_request_the_pool_holds(
+        n_spec: int, mamba: bool, sliding: bool, block_size: int, blocks: int) -> None:
+    """The router's capacity check reads ``Instance.max_fit_tokens``: a request of that
+    many tokens (plus its sampled token and drafts) fits in the whole pool, one more
+    does not."""
+    groups = [ATTENTION]
+    if sliding:
+        groups.append({"kind": "sliding_window", "num_layers": 4,
+                       "kv_bytes_per_token_per_layer": 512, "window_tokens": 100})
+    if mamba:
+        groups.append({"kind": "mamba", "num_layers": 8, "state_bytes_per_layer": 50_000})
+    cfg = make_config(f"model.layer_groups={groups}".replace("'", '"'),
+                      f"cluster.decode.scheduler.block_size={block_size}",
+                      f"cluster.decode.scheduler.num_blocks={blocks}",
+                      method="mtp" if n_spec else "none", n_spec=n_spec)
+    d = Simulation(cfg).by_role[Role.DECODE][0]
+
+    def fits(tokens: int) -> bool:
+        return d.layout.blocks_for(tokens + 1 + n_spec) <= blocks
+
+    t = d.max_fit_tokens
+    assert t == -1 or fits(t)
+    assert not fits(t + 1)
