@@ -356,10 +356,12 @@ class DecodeRun:
         if a is not None:
             taken = a[int(self.start[s]): j + 1, s]
             inst.n_drafts[s] += len(taken)
-            # verifications that accepted at least i + 1 drafts, i = 0..N-1
-            at_least = np.bincount(taken, minlength=inst.n_spec + 1)[::-1].cumsum()[-2::-1]
-            inst.acc_pos[s] += at_least
-            inst.n_acc[s] += int(np.add.reduce(at_least))
+            n = inst.n_spec
+            # verifications that accepted at least i drafts, i = 0..N (and past N, should a
+            # draw ever exceed it: the invariant checker then sees more accepted than drafted)
+            at_least = np.bincount(taken, minlength=n + 1)[::-1].cumsum()[::-1]
+            inst.acc_pos[s] += at_least[1:n + 1]
+            inst.n_acc[s] += int(np.add.reduce(taken))
         self.held_alive -= int(self.held0[s])
         self.alive_cols -= 1
         self.finished_rows.append(s)
