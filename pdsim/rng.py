@@ -48,6 +48,30 @@ class RandomStreams:
         return np.random.Generator(np.random.PCG64(seq))
 
 
+class UniformBuffer:
+    """A stream's uniforms in [0, 1) handed out in order, drawn from its generator in
+    blocks: the same values in the same order as one ``random()`` call at a time, for a
+    consumer that takes a few per event. The buffer must be the generator's only user."""
+
+    __slots__ = ("_block", "_buf", "_gen", "_pos")
+
+    def __init__(self, gen: np.random.Generator, block: int = 4096) -> None:
+        self._gen = gen
+        self._block = block
+        self._buf: list[float] = []
+        self._pos = 0
+
+    def take(self, n: int) -> list[float]:
+        """The next ``n`` uniforms."""
+        end = self._pos + n
+        if end > len(self._buf):
+            self._buf = self._buf[self._pos:] + self._gen.random(max(self._block, n)).tolist()
+            self._pos, end = 0, n
+        out = self._buf[self._pos:end]
+        self._pos = end
+        return out
+
+
 # ----------------------------------------------------------- counter-based draws
 
 _MASK64 = (1 << 64) - 1

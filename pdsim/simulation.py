@@ -20,7 +20,7 @@ from pdsim.engine.request import Phase, Request, Status
 from pdsim.engine.router import make_router
 from pdsim.faults import FaultState
 from pdsim.results import Results, build_results
-from pdsim.rng import RandomStreams
+from pdsim.rng import RandomStreams, UniformBuffer
 from pdsim.spec.acceptance import AcceptanceSampler
 from pdsim.workload import RequestSpecs, generate_requests
 
@@ -38,7 +38,8 @@ class Simulation:
             config.workload, self.streams)
         self.acceptance_sampler = AcceptanceSampler(config.conditional_acceptance,
                                                     self.streams.key("acceptance"))
-        self.provenance_rng = self.streams.get("provenance")
+        # P's guesses of the tokens it did not see, right or wrong (its only consumer)
+        self.provenance_draws = UniformBuffer(self.streams.get("provenance"))
         self.router = make_router(config.router.policy, self.streams.get("routing"))
         self.connector = ConnectorScheduler(config)
         self._tids = count()

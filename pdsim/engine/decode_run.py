@@ -76,7 +76,7 @@ class DecodeRun:
         self.pairs = np.zeros(K, dtype=np.float64)
         self.dts = np.zeros(K, dtype=np.float64)
         self.ends_rel = np.zeros(K, dtype=np.float64)
-        self.ends: list[float] = []
+        self.ends = np.zeros(0)  # absolute end times of steps 0..num_steps-1
         # per column, with room for rows that join (grown on demand)
         cap = min(inst.row_capacity, k + self.join_room)
         self.ncols = k
@@ -135,7 +135,7 @@ class DecodeRun:
         self._armed.add(j)
         env = self.inst.env
         gen = self._gen
-        ev = StepEnd(env, max(0.0, self.ends[j] - env.now), self.inst.step_priority)
+        ev = StepEnd(env, max(0.0, self.ends.item(j) - env.now), self.inst.step_priority)
         ev.callbacks.append(lambda _e: self._fire(gen, j))
 
     def _fire(self, gen: int, j: int) -> None:
@@ -155,7 +155,7 @@ class DecodeRun:
         if self.handling:
             self.poked = True  # at a boundary: acted on there, or at the next one
             return
-        j = min(bisect.bisect_left(self.ends, now, self.cur + 1), self.num_steps - 1)
+        j = min(max(self.cur + 1, int(self.ends.searchsorted(now))), self.num_steps - 1)
         self.dirty = min(self.dirty, j)
         if j < self.target:
             self.wait_for(j)
@@ -163,7 +163,7 @@ class DecodeRun:
     def catch_up(self, now: float) -> None:
         """Count the steps that ended by ``now`` as reached (they needed no action: the
         instance wakes at every boundary that does), so a commit includes them."""
-        reached = bisect.bisect_right(self.ends, now) - 1
+        reached = int(self.ends.searchsorted(now, side="right")) - 1
         self.cur = max(self.cur, min(reached, self.next_stop() - 1))
 
     def at_boundary(self, j: int) -> bool:
@@ -171,7 +171,7 @@ class DecodeRun:
         its scheduler would. True when the run ends here."""
         inst = self.inst
         self.cur = j
-        now = self.ends[j]
+        now = self.ends.item(j)
         joined = self._chunks
         self._chunks = []
         for req, n in joined:  # prompts completed by a mixed step come first, as step by step
@@ -341,7 +341,7 @@ class DecodeRun:
         if ends[m - 1] > self.fault_in:
             self.num_steps = m = max(self.cur + 1, int(ends[:m].searchsorted(
                 self.fault_in, side="right")))
-        self.ends = (ends[:m] + self.t0).tolist()
+        self.ends = ends[:m] + self.t0
         if lo:
             self._gen += 1
             self._armed.clear()
@@ -365,7 +365,7 @@ class DecodeRun:
         self.held_alive -= int(self.held0[s])
         self.alive_cols -= 1
         self.finished_rows.append(s)
-        inst.finish_row(s, self.base + j, self.ends[j], vacate=False)
+        inst.finish_row(s, self.base + j, self.ends.item(j), vacate=False)
 
     # ------------------------------------------------------------- commit
 
@@ -392,8 +392,9 @@ class DecodeRun:
             took = np.add.reduce(act, axis=0, dtype=np.int64)
             inst.n_drafts[:k] += took
             inst.n_acc[:k] += np.add.reduce(am, axis=0)
-            # drafts accepted at position i: the steps with a > i
-            inst.acc_pos[:k] += np.add.reduce(am[:, :, None] > inst.arange_n, axis=0)
+            acc_pos = inst.acc_pos
+            for i in range(n):  # drafts accepted at position i: the steps with a > i
+                acc_pos[:k, i] += np.add.reduce(am > i, axis=0)
             if inst.multi_module:
                 rej = inst.prev_rej[:k]
                 np.copyto(rej, n - a[last, cols], where=took > 0)

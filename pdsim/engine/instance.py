@@ -659,8 +659,7 @@ class Instance:
                           req.prompt_tokens, self.decay_tokens, self.guess_accuracy)
         if not plan.slots:
             return None
-        draws = iter(self.sim.provenance_rng.random(plan.num_guesses).tolist()
-                     if plan.num_guesses else ())
+        draws = iter(self.sim.provenance_draws.take(plan.num_guesses))
         weights = [0.0] * self.stale.shape[1]
         added = False
         for m, weight, right_p in plan.slots:
