@@ -176,6 +176,18 @@ def test_mamba_state_is_fixed_blocks() -> None:
         assert lay.blocks_for(t) == math.ceil(t / BS) + lay.fixed_blocks
 
 
+def _layer_groups(sliding: bool, mamba: bool) -> str:
+    """A ``model.layer_groups=`` override: attention, plus a sliding-window and a Mamba
+    group on request."""
+    groups: list[dict[str, object]] = [ATTENTION]
+    if sliding:
+        groups.append({"kind": "sliding_window", "num_layers": 4,
+                       "kv_bytes_per_token_per_layer": 512, "window_tokens": 100})
+    if mamba:
+        groups.append({"kind": "mamba", "num_layers": 8, "state_bytes_per_layer": 50_000})
+    return f"model.layer_groups={groups}".replace("'", '"')
+
+
 @settings(max_examples=40, deadline=None)
 @given(n_spec=st.sampled_from([0, 1, 3, 8]), mamba=st.booleans(), sliding=st.booleans(),
        block_size=st.sampled_from([1, 16, 64, 128]),
@@ -184,13 +196,7 @@ def test_mamba_state_is_fixed_blocks() -> None:
 def test_blocks_for_array_matches_scalar_and_is_monotone(
         n_spec: int, mamba: bool, sliding: bool, block_size: int, tokens: list[int],
         plus: int) -> None:
-    groups = [ATTENTION]
-    if sliding:
-        groups.append({"kind": "sliding_window", "num_layers": 4,
-                       "kv_bytes_per_token_per_layer": 512, "window_tokens": 100})
-    if mamba:
-        groups.append({"kind": "mamba", "num_layers": 8, "state_bytes_per_layer": 50_000})
-    cfg = make_config(f"model.layer_groups={groups}".replace("'", '"'),
+    cfg = make_config(_layer_groups(sliding, mamba),
                       method="mtp" if n_spec else "none", n_spec=n_spec)
     lay = KVLayout.from_config(cfg, block_size)
     arr = lay.blocks_for_array(np.asarray(tokens, dtype=np.int64))
@@ -214,13 +220,7 @@ def test_max_fit_tokens_is_the_longest_request_the_pool_holds(
     """The router's capacity check reads ``Instance.max_fit_tokens``: a request of that
     many tokens (plus its sampled token and drafts) fits in the whole pool, one more
     does not."""
-    groups = [ATTENTION]
-    if sliding:
-        groups.append({"kind": "sliding_window", "num_layers": 4,
-                       "kv_bytes_per_token_per_layer": 512, "window_tokens": 100})
-    if mamba:
-        groups.append({"kind": "mamba", "num_layers": 8, "state_bytes_per_layer": 50_000})
-    cfg = make_config(f"model.layer_groups={groups}".replace("'", '"'),
+    cfg = make_config(_layer_groups(sliding, mamba),
                       f"cluster.decode.scheduler.block_size={block_size}",
                       f"cluster.decode.scheduler.num_blocks={blocks}",
                       method="mtp" if n_spec else "none", n_spec=n_spec)
