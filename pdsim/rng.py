@@ -130,13 +130,27 @@ def counter_uniform_run(key: int, counter: int, steps: int) -> np.ndarray:
     return _finalize(steps_gamma + np.uint64(first))
 
 
-def _finalize(z: np.ndarray) -> np.ndarray:
-    """SplitMix64's output function on a Weyl state array (in place), as [0, 1) floats."""
+def counter_keys(stream: int, indices: np.ndarray) -> np.ndarray:
+    """``counter_key(stream, i)`` for each ``i`` of an int array (uint64 keys)."""
+    z = indices.astype(np.uint64) + np.uint64(1)
+    z *= np.uint64(_GAMMA)
+    z += np.uint64(stream)
+    return _mix64(z)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer on a uint64 array, in place (``splitmix64`` elementwise)."""
     z ^= z >> np.uint64(30)
     z *= np.uint64(_M1)
     z ^= z >> np.uint64(27)
     z *= np.uint64(_M2)
     z ^= z >> np.uint64(31)
+    return z
+
+
+def _finalize(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function on a Weyl state array (in place), as [0, 1) floats."""
+    _mix64(z)
     z >>= np.uint64(11)
     u: np.ndarray = z.astype(np.float64)
     u *= 2.0 ** -53

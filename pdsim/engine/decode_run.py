@@ -568,9 +568,11 @@ def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
         has_stale = np.count_nonzero(stale) > 0
         if has_stale and inst.decay_tokens is not None:
             return None
-        a = inst.sampler.draw_run(steps, int(inst.akey[c]),
-                                  int(inst.adraw[c]) + int(inst.n_drafts[c]),
-                                  inst.surv[c] if has_stale else None)
+        counter = int(inst.adraw[c]) + int(inst.n_drafts[c])
+        if counter or has_stale or (a := inst.sampler.first_draws(
+                inst.req_of_slot[c].id, steps)) is None:  # type: ignore[union-attr]
+            a = inst.sampler.draw_run(steps, int(inst.akey[c]), counter,
+                                      inst.surv[c] if has_stale else None)
         e = a + 1
     else:
         e = np.ones(steps, dtype=np.int64)

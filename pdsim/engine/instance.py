@@ -202,9 +202,13 @@ class Instance:
         req.d_first_local = req.num_computed
         req.tokens_recomputed_on_d = req.prompt_tokens - req.remote_tokens
         req.d_local_prefill_tokens = req.prompt_tokens - req.num_computed
-        at = bisect.bisect(self.waiting, (req.d_queued_s, req.id),
-                           key=lambda r: (r.d_queued_s, r.id))
-        self.waiting.insert(at, req)
+        # back in the queue in the order the requests reached D (usually last)
+        waiting, key = self.waiting, (req.d_queued_s, req.id)
+        if not waiting or (waiting[-1].d_queued_s, waiting[-1].id) <= key:
+            waiting.append(req)
+        else:
+            waiting.insert(bisect.bisect(waiting, key, key=lambda r: (r.d_queued_s, r.id)),
+                           req)
         self.notify()
 
     def kv_load_failed(self, req: Request, recompute: bool,

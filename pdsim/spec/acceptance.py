@@ -17,7 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from pdsim.rng import counter_key, counter_uniform_run, counter_uniform_steps, counter_uniforms
+from pdsim.rng import (
+    counter_key,
+    counter_keys,
+    counter_uniform_run,
+    counter_uniform_steps,
+    counter_uniforms,
+)
 
 
 class AcceptanceSampler:
@@ -27,7 +33,10 @@ class AcceptanceSampler:
     verification counter (how many verifications it has had before).
     """
 
-    __slots__ = ("_n", "_survival_asc", "stream_key")
+    __slots__ = ("_first", "_first_dtype", "_n", "_survival_asc", "stream_key")
+
+    first_draws_width = 64  # verifications per request in the first-draws table
+    first_draws_block = 1024  # requests per block of that table
 
     def __init__(self, conditional_rates: np.ndarray, stream_key: int) -> None:
         cond = np.asarray(conditional_rates, dtype=np.float64)
@@ -35,6 +44,8 @@ class AcceptanceSampler:
         # P(a >= i + 1), i = 0..N-1, is non-increasing; ascending for searchsorted
         self._survival_asc = self.survival_of(cond)[::-1].copy()
         self.stream_key = stream_key
+        self._first: dict[int, np.ndarray] = {}  # block of request ids -> its table
+        self._first_dtype = np.int8 if self._n < 127 else np.int64
 
     @property
     def num_drafts(self) -> int:
@@ -92,6 +103,27 @@ class AcceptanceSampler:
         asc = self._survival_asc if survival is None else survival[::-1]
         below: np.ndarray = asc.searchsorted(u, side="right")
         return self._n - below
+
+    def first_draws(self, request_id: int, steps: int) -> np.ndarray | None:
+        """``draw_run(steps, request_key(request_id), 0)``: the accepted prefix lengths of a
+        request's first ``steps`` verifications at the clean rates, read from a table
+        built for a block of request ids at once (one request entering decode then costs
+        no array arithmetic); None past the table's width."""
+        if steps > self.first_draws_width:
+            return None
+        block, row = divmod(request_id, self.first_draws_block)
+        table = self._first.get(block)
+        if table is None:
+            table = self._first[block] = self._first_table(block)
+        return table[row, :steps]
+
+    def _first_table(self, block: int) -> np.ndarray:
+        """Clean-rate draws of verifications 0..width-1 of the block's requests (rows)."""
+        size = self.first_draws_block
+        keys = counter_keys(self.stream_key, np.arange(block * size, (block + 1) * size))
+        a = self._accepted(counter_uniform_steps(keys, np.zeros(size, dtype=np.int64),
+                                                 self.first_draws_width), None)
+        return np.ascontiguousarray(a.T, dtype=self._first_dtype)
 
 
 def expected_tokens_per_step(conditional_rates: np.ndarray) -> float:

@@ -169,6 +169,24 @@ def test_one_request_run_equals_its_column_of_steps(steps: int, seed: int, stale
 
 
 
+@settings(max_examples=40, deadline=None)
+@given(ids=st.lists(st.integers(0, 10**6), min_size=1, max_size=8),
+       steps=st.integers(1, 70), seed=st.integers(0, 2**16))
+def test_first_draws_table_is_each_requests_own_run(ids: list[int], steps: int,
+                                                    seed: int) -> None:
+    """A request's first verifications read from the block table are ``draw_run`` from
+    counter 0 at the clean rates (and nothing is read past the table's width)."""
+    s = _sampler([0.8, 0.6, 0.4], stream=seed)
+    for rid in ids:
+        got = s.first_draws(rid, steps)
+        if steps > s.first_draws_width:
+            assert got is None
+            continue
+        assert got is not None
+        np.testing.assert_array_equal(got, s.draw_run(steps, s.request_key(rid), 0))
+
+
+
 # ------------------------------------------------------------ runs vs theory
 
 
