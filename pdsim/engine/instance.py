@@ -141,7 +141,7 @@ class Instance:
         # loop when it ends, and the steps a run plans
         self.active_run: DecodeRun | None = None
         self._run_over: simpy.Event | None = None
-        self.max_run_steps = 64
+        self.max_run_steps = 128
         self.run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
         self.run_rows = np.arange(s)
         self.row_capacity = s

@@ -35,7 +35,7 @@ class AcceptanceSampler:
 
     __slots__ = ("_first", "_first_dtype", "_n", "_survival_asc", "stream_key")
 
-    first_draws_width = 64  # verifications per request in the first-draws table
+    first_draws_width = 128  # verifications per request in the first-draws table
     first_draws_block = 1024  # requests per block of that table
 
     def __init__(self, conditional_rates: np.ndarray, stream_key: int) -> None:
