@@ -37,6 +37,7 @@ class AcceptanceSampler:
 
     first_draws_width = 128  # verifications per request in the first-draws table
     first_draws_block = 1024  # requests per block of that table
+    first_draws_blocks_kept = 32  # blocks kept (the oldest is dropped; rebuilt if asked)
 
     def __init__(self, conditional_rates: np.ndarray, stream_key: int) -> None:
         cond = np.asarray(conditional_rates, dtype=np.float64)
@@ -114,6 +115,8 @@ class AcceptanceSampler:
         block, row = divmod(request_id, self.first_draws_block)
         table = self._first.get(block)
         if table is None:
+            if len(self._first) >= self.first_draws_blocks_kept:
+                del self._first[next(iter(self._first))]  # memory stays bounded
             table = self._first[block] = self._first_table(block)
         return table[row, :steps]
 

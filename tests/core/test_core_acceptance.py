@@ -184,6 +184,20 @@ def test_first_draws_table_is_each_requests_own_run(ids: list[int], steps: int,
             continue
         assert got is not None
         np.testing.assert_array_equal(got, s.draw_run(steps, s.request_key(rid), 0))
+    assert len(s._first) <= s.first_draws_blocks_kept
+
+
+def test_first_draws_table_drops_old_blocks_and_rebuilds_them_alike() -> None:
+    s = _sampler([0.7, 0.5], stream=5)
+    first = s.first_draws(3, 40)
+    assert first is not None
+    first = first.copy()
+    for block in range(1, s.first_draws_blocks_kept + 1):  # push block 0 out
+        s.first_draws(block * s.first_draws_block, 1)
+    assert len(s._first) == s.first_draws_blocks_kept and 0 not in s._first
+    again = s.first_draws(3, 40)
+    assert again is not None
+    np.testing.assert_array_equal(again, first)
 
 
 
