@@ -569,10 +569,16 @@ def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
         if has_stale and inst.decay_tokens is not None:
             return None
         counter = int(inst.adraw[c]) + int(inst.n_drafts[c])
-        if counter or has_stale or (a := inst.sampler.first_draws(
-                inst.req_of_slot[c].id, steps)) is None:  # type: ignore[union-attr]
-            a = inst.sampler.draw_run(steps, int(inst.akey[c]), counter,
-                                      inst.surv[c] if has_stale else None)
+        if not counter and not has_stale and inst.fresh_rows is not None:
+            req = inst.req_of_slot[c]
+            assert req is not None
+            fresh = inst.fresh_rows.look_ahead(req.id, steps, int(inst.ctx[c]),
+                                               int(inst.tgt[c]) - int(inst.out[c]),
+                                               int(inst.blocks[c]), int(inst.prev_rej[c]))
+            if fresh is not None:
+                return fresh
+        a = inst.sampler.draw_run(steps, int(inst.akey[c]), counter,
+                                  inst.surv[c] if has_stale else None)
         e = a + 1
     else:
         e = np.ones(steps, dtype=np.int64)
@@ -591,3 +597,72 @@ def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
     need = inst.layout.blocks_for_array(ctx_start, 1 + n)
     np.maximum(need, int(inst.blocks[c]), out=need)
     return _AheadRow(a, cum, f, ctx_start, need, repair_first, repair_after)
+
+
+class FreshRows:
+    """Look-aheads of requests entering decode fresh, built for a block of requests at
+    once: a request's first decode row, before any verification, at the clean rates,
+    with its whole prompt as context and all its output but the first token to go.
+
+    Such a row's look-ahead depends on nothing but the request (its counter-based draws,
+    its prompt and output lengths) and the instance's layout, so it can be computed for
+    1,024 requests in one vectorized pass instead of one request at a time when it joins
+    a run. ``look_ahead`` checks that the row is indeed fresh and returns what
+    ``_look_ahead_row`` would, else None. The last few blocks are kept; a dropped one is
+    rebuilt alike if asked again.
+    """
+
+    block = 1024  # requests per block
+    blocks_kept = 4
+
+    def __init__(self, inst: Instance) -> None:
+        sim = inst.sim
+        self._sampler = inst.sampler
+        self._layout = inst.layout
+        self._n = inst.n_spec
+        self._multi = inst.multi_module
+        self.width = inst.sampler.first_draws_width
+        self._prompt = sim.specs.prompt_tokens
+        self._output = sim.specs.output_tokens
+        self._blocks: dict[int, tuple[np.ndarray, ...]] = {}
+
+    def look_ahead(self, request_id: int, steps: int, ctx: int, left: int, held: int,
+                   prev_rej: int) -> _AheadRow | None:
+        """``_look_ahead_row`` of request ``request_id``'s row over ``steps`` steps, given
+        the row's context, output tokens left, blocks held and last rejection count;
+        None when the row is not fresh (or the window is longer than the table)."""
+        if steps > self.width or prev_rej:
+            return None
+        b, r = divmod(request_id, self.block)
+        tab = self._blocks.get(b)
+        if tab is None:
+            if len(self._blocks) >= self.blocks_kept:
+                del self._blocks[next(iter(self._blocks))]
+            tab = self._blocks[b] = self._build(b)
+        a, cum, ctx_start, need, repair, fstep, prompt, rem = tab
+        if ctx != prompt[r] or left != rem[r] or held > need[r, 0]:
+            return None
+        f = min(int(fstep[r]), steps)
+        live = min(f + 1, steps)
+        return _AheadRow(a[r, :steps], cum[r, :steps], f, ctx_start[r, :live],
+                         need[r, :live], 0, repair[r, 1:live] if self._multi and live > 1
+                         else None)
+
+    def _build(self, b: int) -> tuple[np.ndarray, ...]:
+        """The block's rows over ``width`` steps, as ``_look_ahead_row`` computes one."""
+        lo = b * self.block
+        hi = min(lo + self.block, len(self._prompt))
+        n = self._n
+        a = self._sampler.first_draws_table(lo, hi - lo)
+        e = a + 1
+        cum = e.cumsum(axis=1)
+        prompt = self._prompt[lo:hi]
+        rem = self._output[lo:hi] - 1  # the first token came with the prefill
+        fstep = np.add.reduce(cum < rem[:, None], axis=1)  # cum rises: see _look_ahead_row
+        ctx_start = cum - e
+        ctx_start += prompt[:, None]
+        need = self._layout.blocks_for_array(ctx_start, 1 + n)  # rises with the context
+        repair = np.zeros_like(a)
+        if self._multi:
+            np.maximum(n - 1 - a[:, :-1], 0, out=repair[:, 1:])
+        return a, cum, ctx_start, need, repair, fstep, prompt, rem

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
-from pdsim.engine.decode_run import DecodeRun, plan_decode_run
+from pdsim.engine.decode_run import DecodeRun, FreshRows, plan_decode_run
 from pdsim.engine.events import StepEnd, step_end_priority, succeed_first
 from pdsim.engine.kvcache import BlockPool, KVLayout
 from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
@@ -142,6 +142,8 @@ class Instance:
         self.active_run: DecodeRun | None = None
         self._run_over: simpy.Event | None = None
         self.max_run_steps = 128
+        # look-aheads of requests entering decode fresh, built for blocks of requests
+        self.fresh_rows = FreshRows(self) if self.n_spec else None
         self.run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
         self.run_rows = np.arange(s)
         self.row_capacity = s

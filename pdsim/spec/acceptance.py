@@ -33,11 +33,9 @@ class AcceptanceSampler:
     verification counter (how many verifications it has had before).
     """
 
-    __slots__ = ("_first", "_first_dtype", "_n", "_survival_asc", "stream_key")
+    __slots__ = ("_n", "_survival_asc", "stream_key")
 
-    first_draws_width = 128  # verifications per request in the first-draws table
-    first_draws_block = 1024  # requests per block of that table
-    first_draws_blocks_kept = 32  # blocks kept (the oldest is dropped; rebuilt if asked)
+    first_draws_width = 128  # verifications per request in ``first_draws_table``
 
     def __init__(self, conditional_rates: np.ndarray, stream_key: int) -> None:
         cond = np.asarray(conditional_rates, dtype=np.float64)
@@ -45,8 +43,6 @@ class AcceptanceSampler:
         # P(a >= i + 1), i = 0..N-1, is non-increasing; ascending for searchsorted
         self._survival_asc = self.survival_of(cond)[::-1].copy()
         self.stream_key = stream_key
-        self._first: dict[int, np.ndarray] = {}  # block of request ids -> its table
-        self._first_dtype = np.int8 if self._n < 127 else np.int64
 
     @property
     def num_drafts(self) -> int:
@@ -105,28 +101,15 @@ class AcceptanceSampler:
         below: np.ndarray = asc.searchsorted(u, side="right")
         return self._n - below
 
-    def first_draws(self, request_id: int, steps: int) -> np.ndarray | None:
-        """``draw_run(steps, request_key(request_id), 0)``: the accepted prefix lengths of a
-        request's first ``steps`` verifications at the clean rates, read from a table
-        built for a block of request ids at once (one request entering decode then costs
-        no array arithmetic); None past the table's width."""
-        if steps > self.first_draws_width:
-            return None
-        block, row = divmod(request_id, self.first_draws_block)
-        table = self._first.get(block)
-        if table is None:
-            if len(self._first) >= self.first_draws_blocks_kept:
-                del self._first[next(iter(self._first))]  # memory stays bounded
-            table = self._first[block] = self._first_table(block)
-        return table[row, :steps]
-
-    def _first_table(self, block: int) -> np.ndarray:
-        """Clean-rate draws of verifications 0..width-1 of the block's requests (rows)."""
-        size = self.first_draws_block
-        keys = counter_keys(self.stream_key, np.arange(block * size, (block + 1) * size))
-        a = self._accepted(counter_uniform_steps(keys, np.zeros(size, dtype=np.int64),
-                                                 self.first_draws_width), None)
-        return np.ascontiguousarray(a.T, dtype=self._first_dtype)
+    def first_draws_table(self, first_id: int, count: int) -> np.ndarray:
+        """The clean-rate accepted prefix lengths of the first ``first_draws_width``
+        verifications of requests ``first_id .. first_id + count - 1``, one row each:
+        row ``i`` is ``draw_run(width, request_key(first_id + i), 0)``, computed for all
+        the requests at once."""
+        keys = counter_keys(self.stream_key, np.arange(first_id, first_id + count))
+        a: np.ndarray = self._accepted(counter_uniform_steps(
+            keys, np.zeros(count, dtype=np.int64), self.first_draws_width), None)
+        return np.ascontiguousarray(a.T)
 
 
 def expected_tokens_per_step(conditional_rates: np.ndarray) -> float:
