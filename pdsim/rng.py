@@ -130,6 +130,15 @@ def counter_uniform_run(key: int, counter: int, steps: int) -> np.ndarray:
     return _finalize(steps_gamma + np.uint64(first))
 
 
+def counter_uniform_rows(keys: np.ndarray, steps: int) -> np.ndarray:
+    """``counter_uniforms(keys[i], j)`` for j = 0..steps-1 as row i of a (k, steps) array:
+    each item's first ``steps`` draws, laid out item by item."""
+    first = keys + np.uint64(_GAMMA)  # the Weyl state of draw 0 (wraps mod 2^64)
+    steps_gamma = (_STEP_GAMMA[:steps] if steps <= len(_STEP_GAMMA)
+                   else np.arange(steps, dtype=np.uint64) * np.uint64(_GAMMA))
+    return _finalize(first[:, None] + steps_gamma[None, :])
+
+
 def counter_keys(stream: int, indices: np.ndarray) -> np.ndarray:
     """``counter_key(stream, i)`` for each ``i`` of an int array (uint64 keys)."""
     z = indices.astype(np.uint64) + np.uint64(1)

@@ -653,11 +653,16 @@ class FreshRows:
         lo = b * self.block
         hi = min(lo + self.block, len(self._prompt))
         n = self._n
-        a = self._sampler.first_draws_table(lo, hi - lo)
-        e = a + 1
-        cum = e.cumsum(axis=1)
         prompt = self._prompt[lo:hi]
         rem = self._output[lo:hi] - 1  # the first token came with the prefill
+        # 32-bit arithmetic when every value fits (half the memory traffic)
+        small = max(int(prompt.max()), int(rem.max())) + (self.width + 2) * (n + 1) \
+            + 2 * self._layout.block_size < 2**31
+        dtype = np.int32 if small else np.int64
+        a = self._sampler.first_draws_table(lo, hi - lo).astype(dtype)
+        e = a + 1
+        cum = e.cumsum(axis=1, dtype=dtype)
+        prompt, rem = prompt.astype(dtype), rem.astype(dtype)
         fstep = np.add.reduce(cum < rem[:, None], axis=1)  # cum rises: see _look_ahead_row
         ctx_start = cum - e
         ctx_start += prompt[:, None]

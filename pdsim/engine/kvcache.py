@@ -176,7 +176,11 @@ class KVLayout:
         when the layout has no sliding-window groups)."""
         bs = self.block_size
         if not self.sliding:
-            n: np.ndarray = (tokens + (plus + bs - 1)) // bs  # a ceiling division
+            n: np.ndarray = tokens + (plus + bs - 1)
+            if bs & (bs - 1):
+                n //= bs  # a ceiling division
+            else:
+                n >>= bs.bit_length() - 1  # the same, by a shift (block sizes are powers of 2)
             if self.fixed_blocks:
                 n += self.fixed_blocks
             return n

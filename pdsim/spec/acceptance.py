@@ -20,6 +20,7 @@ import numpy as np
 from pdsim.rng import (
     counter_key,
     counter_keys,
+    counter_uniform_rows,
     counter_uniform_run,
     counter_uniform_steps,
     counter_uniforms,
@@ -107,9 +108,7 @@ class AcceptanceSampler:
         row ``i`` is ``draw_run(width, request_key(first_id + i), 0)``, computed for all
         the requests at once."""
         keys = counter_keys(self.stream_key, np.arange(first_id, first_id + count))
-        a: np.ndarray = self._accepted(counter_uniform_steps(
-            keys, np.zeros(count, dtype=np.int64), self.first_draws_width), None)
-        return np.ascontiguousarray(a.T)
+        return self._accepted(counter_uniform_rows(keys, self.first_draws_width), None)
 
 
 def expected_tokens_per_step(conditional_rates: np.ndarray) -> float:
