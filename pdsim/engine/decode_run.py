@@ -219,8 +219,9 @@ class DecodeRun:
         inst = self.inst
         waiting = inst.waiting
         pool, layout = inst.pool, inst.layout
-        budget = inst.max_batched_tokens - int(self.k_j[j + 1]) * self.q
+        budget = inst.max_batched_tokens - self.k_j.item(j + 1) * self.q
         chunks = self._chunks
+        prefill, pairs = 0, 0.0  # step j + 1's prefill tokens and attention pairs
         while waiting and budget > 0 and len(inst.running) < inst.max_num_seqs:
             req = waiting[0]
             if inst.awaits_remote_kv(req):
@@ -241,9 +242,11 @@ class DecodeRun:
             inst.start_prefill(req)
             chunks.append((req, n))
             budget -= n
-            self.prefill[j + 1] += n
-            self.pairs[j + 1] += n * (req.num_computed + (n + 1) / 2)
+            prefill += n
+            pairs += n * (req.num_computed + (n + 1) / 2)
         if chunks:
+            self.prefill[j + 1] += prefill
+            self.pairs[j + 1] += pairs
             self._price_mixed(j + 1)
             self.dirty = min(self.dirty, j + 1)
         return True
@@ -324,10 +327,10 @@ class DecodeRun:
     def _price_mixed(self, j: int) -> None:
         """Step ``j`` now also computes prefill chunks: price it as a mixed step; the
         steps after it move by the difference."""
-        kj = int(self.k_j[j])
+        kj = self.k_j.item(j)
         dt = self.inst.step_model.step_time_s(StepBatch(
-            int(self.prefill[j]), float(self.pairs[j]), kj, kj * self.q,
-            int(self.ctx_sum[j]), int(self.repair[j])))
+            self.prefill.item(j), self.pairs.item(j), kj, kj * self.q,
+            self.ctx_sum.item(j), self.repair.item(j)))
         self.ends_rel[j:self.num_steps] += dt - self.dts[j]
         self.dts[j] = dt
         self._moved(j)
