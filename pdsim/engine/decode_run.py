@@ -350,25 +350,15 @@ class DecodeRun:
             self._armed.clear()
 
     def _finish_row(self, s: int, j: int) -> None:
-        """Column ``s`` emitted its last token in step ``j``: bring its row to then and
-        finish its request now, as step by step; the row is vacated when the run is
-        committed."""
+        """Column ``s`` emitted its last token in step ``j``: its request finishes now, as
+        step by step. The row keeps its slot until the run is committed, which counts its
+        steps with everyone else's and then settles it into the request and vacates it."""
         inst = self.inst
         inst.out[s] = inst.tgt[s]
-        a = self.accepted
-        if a is not None:
-            taken = a[int(self.start[s]): j + 1, s]
-            inst.n_drafts[s] += len(taken)
-            n = inst.n_spec
-            # verifications that accepted at least i drafts, i = 0..N (and past N, should a
-            # draw ever exceed it: the invariant checker then sees more accepted than drafted)
-            at_least = np.bincount(taken, minlength=n + 1)[::-1].cumsum()[::-1]
-            inst.acc_pos[s] += at_least[1:n + 1]
-            inst.n_acc[s] += int(np.add.reduce(taken))
-        self.held_alive -= int(self.held0[s])
+        self.held_alive -= self.held0.item(s)
         self.alive_cols -= 1
         self.finished_rows.append(s)
-        inst.finish_row(s, self.base + j, self.ends.item(j), vacate=False)
+        inst.finish_row(s, self.base + j, self.ends.item(j), vacate=False, settle=False)
 
     # ------------------------------------------------------------- commit
 
@@ -410,7 +400,12 @@ class DecodeRun:
             assert ok, "a decode run outgrew the free blocks it checked"
             inst.blocks[grow] = final_need[grow]
         self._log(m, act)
-        for s in sorted(self.finished_rows, reverse=True):
+        finished = sorted(self.finished_rows, reverse=True)
+        for s in finished:  # their requests finished in the run: settle, then vacate
+            req = inst.req_of_slot[s]
+            assert req is not None
+            inst.settle_slot(req, self.base + self.fstep.item(s))
+        for s in finished:
             inst.vacate_slot(s)
         inst.busy_s += float(self.ends_rel[m - 1])
 

@@ -748,13 +748,15 @@ class Instance:
             for s in np.flatnonzero(done)[::-1].tolist():
                 self.finish_row(s, step, now)
 
-    def finish_row(self, s: int, step: int, at_s: float, vacate: bool = True) -> None:
+    def finish_row(self, s: int, step: int, at_s: float, vacate: bool = True,
+                   settle: bool = True) -> None:
         """Decode row ``s`` emitted its last token in step ``step``: settle the row into its
-        request, free its blocks and finish it at ``at_s``; the row is vacated unless a
-        decode run keeps it until it commits."""
+        request, free its blocks and finish it at ``at_s``. A decode run keeps the row
+        (neither settled nor vacated) until it commits."""
         req = self.req_of_slot[s]
         assert req is not None
-        self.settle_slot(req, step)
+        if settle:
+            self.settle_slot(req, step)
         if vacate:
             self.vacate_slot(s)
         self.running.remove(req)
