@@ -22,8 +22,9 @@ step could differ, so it is exact by construction
 (``tests/reliability/test_rel_decode_runs.py`` checks every request record and every
 logged step on every shipped config and on random ones). A run is committed (rows' state,
 block growth, the step log) when it ends; until then the rows hold their state from when
-they entered it, and rows whose requests finished wait in ``finished_rows`` to be
-vacated. Acceptance draws are counter-based per request (``AcceptanceSampler``), so the
+they entered it, and rows whose requests finished (at their finishing step's end, as
+step by step) wait in ``finished_rows`` to be settled into their requests and vacated.
+Acceptance draws are counter-based per request (``AcceptanceSampler``), so the
 steps see exactly the draws the same steps taken one by one would.
 """
 
@@ -364,7 +365,7 @@ class DecodeRun:
 
     def commit(self) -> None:
         """Apply the steps up to the last boundary reached to the rows, the pool and the
-        step log; vacate the finished rows."""
+        step log; settle the finished rows into their requests and vacate them."""
         m = self.cur + 1
         if m <= 0:
             return
