@@ -406,8 +406,7 @@ class DecodeRun:
             req = inst.req_of_slot[s]
             assert req is not None
             inst.settle_slot(req, self.base + self.fstep.item(s))
-        for s in finished:
-            inst.vacate_slot(s)
+        inst.vacate_slots(finished)
         inst.busy_s += float(self.ends_rel[m - 1])
 
     def _log(self, m: int, act: np.ndarray) -> None:

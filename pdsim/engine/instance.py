@@ -708,6 +708,35 @@ class Instance:
         self.k = last
         req.slot = -1
 
+    def vacate_slots(self, slots: list[int]) -> None:
+        """``vacate_slot`` of each of ``slots`` (distinct), highest first: the same rows end
+        up where, moved in one array operation per row array."""
+        k = self.k
+        rows = list(range(k))  # rows[i]: the row now at slot i
+        for s in sorted(slots, reverse=True):
+            k -= 1
+            rows[s] = rows[k]
+            rows.pop()
+        moves = [(i, r) for i, r in enumerate(rows) if i != r]
+        of_slot = self.req_of_slot
+        vacated = [of_slot[s] for s in slots]
+        if moves:
+            dst = [i for i, _ in moves]
+            src = [r for _, r in moves]
+            for arr in self._rows:
+                arr[dst] = arr[src]
+            moved = [of_slot[r] for r in src]
+            for i, req in zip(dst, moved, strict=True):
+                assert req is not None
+                req.slot = i
+                of_slot[i] = req
+        for s in range(k, self.k):
+            of_slot[s] = None
+        for req in vacated:
+            assert req is not None
+            req.slot = -1
+        self.k = k
+
     def _decode_step(self, k: int, step: int, now: float) -> None:
         n = self.n_spec
         out = self.out[:k]
