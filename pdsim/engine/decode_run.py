@@ -156,7 +156,7 @@ class DecodeRun:
         if self.handling:
             self.poked = True  # at a boundary: acted on there, or at the next one
             return
-        j = min(max(self.cur + 1, int(self.ends.searchsorted(now))), self.num_steps - 1)
+        j = min(bisect.bisect_left(self.ends, now, self.cur + 1), self.num_steps - 1)
         self.dirty = min(self.dirty, j)
         if j < self.target:
             self.wait_for(j)
@@ -164,7 +164,7 @@ class DecodeRun:
     def catch_up(self, now: float) -> None:
         """Count the steps that ended by ``now`` as reached (they needed no action: the
         instance wakes at every boundary that does), so a commit includes them."""
-        reached = int(self.ends.searchsorted(now, side="right")) - 1
+        reached = bisect.bisect_right(self.ends, now) - 1
         self.cur = max(self.cur, min(reached, self.next_stop() - 1))
 
     def at_boundary(self, j: int) -> bool:
@@ -320,7 +320,7 @@ class DecodeRun:
         self.dts[lo:m] = decode_step_times_s(self.inst.step_model, k_j, k_j * self.q,
                                              self.ctx_sum[lo:m], self.repair[lo:m])
         ends = self.ends_rel
-        self.dts[lo:m].cumsum(out=ends[lo:m])
+        np.add.accumulate(self.dts[lo:m], out=ends[lo:m])  # a cumulative sum
         if lo:
             ends[lo:m] += ends[lo - 1]
         self._moved(lo)
@@ -442,7 +442,8 @@ class DecodeRun:
 def _widen(arr: np.ndarray, cols: int, fill: int = 0) -> np.ndarray:
     """``arr`` (k, or steps x k) in an array of ``cols`` columns, the rest ``fill``: room
     for joining columns."""
-    out = np.full((*arr.shape[:-1], cols), fill, dtype=arr.dtype)
+    shape = (*arr.shape[:-1], cols)
+    out = np.full(shape, fill, dtype=arr.dtype) if fill else np.zeros(shape, dtype=arr.dtype)
     out[..., : arr.shape[-1]] = arr
     return out
 
