@@ -59,6 +59,11 @@ class Simulation:
         self.decodes = self.by_role.get(Role.DECODE, [])
         self.colocated = self.by_role.get(Role.COLOCATED, [])
         self._max_model_len = config.model.max_model_len
+        conn = config.connector
+        # before a transfer moves bytes: setup, and the handshake when D pulls
+        self._transfer_setup_s = conn.setup_latency_s + (
+            conn.handshake_s if conn.transfer_mode == "pull" else 0.0)
+        self._transfer_timeout_s = config.faults.kv_transfer_timeout_s
         self.links: dict[tuple[int, int], Link] = {}
         bw = config.connector.link_bandwidth_gb_per_s * 1e9
         for p in self.by_role.get(Role.PREFILL, []):
@@ -225,13 +230,11 @@ class Simulation:
 
     def start_kv_transfer(self, req: Request, d: Instance) -> None:
         """D allocated blocks for ``req``: handshake with P, then move the blocks."""
-        cfg = self.config.connector
         p = self.by_name[req.p_instance]
         link = self.links[(p.index, d.index)]
         nbytes = d.layout.transfer_bytes(req.remote_tokens)
         req.transfer_start_s = self.env.now
         req.kv_bytes = nbytes
-        setup = cfg.setup_latency_s + (cfg.handshake_s if cfg.transfer_mode == "pull" else 0.0)
         tid = next(self._tids)
 
         def begin(_e: object) -> None:
@@ -246,7 +249,7 @@ class Simulation:
                 return
             self._transfers[req.id] = (link, tid, p, d)
             link.start(tid, nbytes, landed)
-            timeout = self.config.faults.kv_transfer_timeout_s
+            timeout = self._transfer_timeout_s
             if timeout is not None:
                 ev = self.env.timeout(timeout)
                 ev.callbacks.append(lambda _e: expire())
@@ -266,7 +269,7 @@ class Simulation:
             p.release_pinned(req)  # D notifies P, which frees the blocks
             d.kv_landed(req)
 
-        ev = self.env.timeout(setup)
+        ev = self.env.timeout(self._transfer_setup_s)
         ev.callbacks.append(begin)
 
     def _transfer_failed(self, req: Request, p: Instance, d: Instance, reason: str) -> None:
