@@ -43,7 +43,9 @@ class RoundRobin:
         self._next: dict[tuple[int, ...], int] = {}
 
     def choose(self, candidates: Sequence[Instance], request: Request) -> int:
-        key = tuple(c.index for c in candidates)
+        if len(candidates) == 1:
+            return 0  # its own cycle of one: the count kept for it would never matter
+        key = tuple([c.index for c in candidates])
         i = self._next.get(key, 0) % len(candidates)
         self._next[key] = i + 1
         return i
