@@ -57,7 +57,7 @@ class DecodeRun:
     never less than at its start, kept after it finishes: an upper bound).
     """
 
-    join_room = 16  # columns first allocated for rows that join; doubled when short
+    join_room = 32  # columns first allocated for rows that join; doubled when short
 
     def __init__(self, inst: Instance, steps: int, max_steps: int, ahead: _Ahead) -> None:
         self.inst = inst
