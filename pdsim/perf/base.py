@@ -44,7 +44,7 @@ class StepTimeModel(Protocol):
         ...
 
 
-_SCALAR_UP_TO = 5  # below this many steps, per-call numpy overhead outweighs the loop
+_SCALAR_UP_TO = 1  # a single step: the scalar call is cheaper than array operations
 
 
 def decode_step_times_s(model: StepTimeModel, decode_requests: np.ndarray,
