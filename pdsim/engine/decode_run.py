@@ -31,7 +31,7 @@ steps see exactly the draws the same steps taken one by one would.
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from pdsim.perf.base import StepBatch, decode_step_times_s
 
 if TYPE_CHECKING:
     from pdsim.engine.instance import Instance
+    from pdsim.engine.kvcache import KVLayout
 
 
 
@@ -555,12 +556,16 @@ class _AheadRow(NamedTuple):
 
 def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
     """``_look_ahead`` of the single row ``c``, or None as there. A row joins a run once
-    per request, so its look-ahead's cost is its number of array operations: scalars are
-    read once, draws are 1-D and nothing is computed past the row's finishing step."""
+    per request, so its look-ahead's cost is its number of array operations: a row
+    entering decode fresh reads it from a table built for a block of requests
+    (``FreshRows``), any other computes it alone, with 1-D draws."""
     n = inst.n_spec
     multi = inst.multi_module
     if multi and inst.cache_valid[c] < n - 1:
         return None
+    ctx, left = int(inst.ctx[c]), int(inst.tgt[c]) - int(inst.out[c])
+    held = int(inst.blocks[c])
+    repair_first = max(int(inst.prev_rej[c]) - 1, 0) if multi else 0
     a: np.ndarray | None = None
     if n:
         stale = inst.stale[c]
@@ -571,31 +576,62 @@ def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
         if not counter and not has_stale and inst.fresh_rows is not None:
             req = inst.req_of_slot[c]
             assert req is not None
-            fresh = inst.fresh_rows.look_ahead(req.id, steps, int(inst.ctx[c]),
-                                               int(inst.tgt[c]) - int(inst.out[c]),
-                                               int(inst.blocks[c]), int(inst.prev_rej[c]))
+            fresh = inst.fresh_rows.look_ahead(req.id, steps, ctx, left, held, repair_first)
             if fresh is not None:
                 return fresh
         a = inst.sampler.draw_run(steps, int(inst.akey[c]), counter,
                                   inst.surv[c] if has_stale else None)
-        e = a + 1
-    else:
-        e = np.ones(steps, dtype=np.int64)
-    cum = e.cumsum()
-    # cum rises every step: the steps before the finishing one are those with cum < left
-    f = int(cum.searchsorted(int(inst.tgt[c]) - int(inst.out[c])))
-    live = min(f + 1, steps)
-    ctx_start = cum[:live] - e[:live]
-    ctx_start += int(inst.ctx[c])
-    repair_first = max(int(inst.prev_rej[c]) - 1, 0) if multi else 0
-    repair_after = None
-    if multi and live > 1:
+    terms = _row_terms(a, steps, ctx, left, n, multi, inst.layout, np.int64)
+    return _cut_row(a, terms, steps, held, repair_first, multi)
+
+
+class _RowTerms(NamedTuple):
+    """Decode rows laid out along the last axis (one row, or one per request of a
+    block), from their draws: tokens emitted by the end of each step (``cum``), the
+    finishing step (``fstep``, the step count when a row does not finish), the context at
+    each step's start, the blocks each step needs without what the row already holds,
+    and the drafter's repair in each step (0 in the first: it depends on the step before
+    the row's first)."""
+
+    cum: np.ndarray
+    fstep: np.ndarray
+    ctx_start: np.ndarray
+    need: np.ndarray
+    repair: np.ndarray
+
+
+def _row_terms(a: np.ndarray | None, steps: int, ctx: int | np.ndarray,
+               left: int | np.ndarray, n: int, multi: bool, layout: KVLayout,
+               dtype: type[np.signedinteger[Any]]) -> _RowTerms:
+    """``_RowTerms`` of rows with accepted drafts ``a`` (None without a drafter: one token
+    a step), context ``ctx`` and output tokens ``left`` (a scalar, or one per row)."""
+    e = a + 1 if a is not None else np.ones(steps, dtype=dtype)
+    cum = np.add.accumulate(e, axis=-1, dtype=dtype)
+    # cum rises every step: the steps before a row's finishing step are those with
+    # cum < left, so their count is the finishing step
+    fstep = np.add.reduce(cum < np.expand_dims(left, -1), axis=-1)
+    ctx_start = cum - e
+    ctx_start += np.expand_dims(ctx, -1)
+    need = layout.blocks_for_array(ctx_start, 1 + n)  # rises with the context
+    repair = np.zeros_like(ctx_start)
+    if multi:
         assert a is not None
-        repair_after = np.maximum(n - 1 - a[:live - 1], 0)
-    # context only grows, so the blocks it needs do too
-    need = inst.layout.blocks_for_array(ctx_start, 1 + n)
-    np.maximum(need, int(inst.blocks[c]), out=need)
-    return _AheadRow(a, cum, f, ctx_start, need, repair_first, repair_after)
+        # multi-module MTP's standalone repair: the drafter re-prefills the positions the
+        # previous step rejected, bar one
+        np.maximum(n - 1 - a[..., :-1], 0, out=repair[..., 1:])
+    return _RowTerms(cum, fstep, ctx_start, need, repair)
+
+
+def _cut_row(a: np.ndarray | None, t: _RowTerms, steps: int, held: int, repair_first: int,
+             multi: bool) -> _AheadRow:
+    """One row's ``_AheadRow`` over ``steps`` steps from its terms (computed over those
+    steps or more): cut at its finishing step, never needing fewer blocks than it holds."""
+    f = min(int(t.fstep), steps)
+    live = min(f + 1, steps)
+    need = np.maximum(t.need[:live], held)
+    return _AheadRow(None if a is None else a[:steps], t.cum[:steps], f,
+                     t.ctx_start[:live], need, repair_first,
+                     t.repair[1:live] if multi and live > 1 else None)
 
 
 class FreshRows:
@@ -604,11 +640,11 @@ class FreshRows:
     with its whole prompt as context and all its output but the first token to go.
 
     Such a row's look-ahead depends on nothing but the request (its counter-based draws,
-    its prompt and output lengths) and the instance's layout, so it can be computed for
-    1,024 requests in one vectorized pass instead of one request at a time when it joins
-    a run. ``look_ahead`` checks that the row is indeed fresh and returns what
-    ``_look_ahead_row`` would, else None. The last few blocks are kept; a dropped one is
-    rebuilt alike if asked again.
+    its prompt and output lengths) and the instance's layout, so it is computed for
+    1,024 requests in one vectorized pass (``_row_terms`` on a block) instead of one
+    request at a time when it joins a run. ``look_ahead`` checks the row is indeed fresh
+    and returns what ``_look_ahead_row`` would compute for it, else None. The last few
+    blocks are kept; a dropped one is rebuilt alike if asked again.
     """
 
     block = 1024  # requests per block
@@ -623,14 +659,14 @@ class FreshRows:
         self.width = inst.sampler.first_draws_width
         self._prompt = sim.specs.prompt_tokens
         self._output = sim.specs.output_tokens
-        self._blocks: dict[int, tuple[np.ndarray, ...]] = {}
+        self._blocks: dict[int, tuple[np.ndarray, _RowTerms, np.ndarray, np.ndarray]] = {}
 
     def look_ahead(self, request_id: int, steps: int, ctx: int, left: int, held: int,
-                   prev_rej: int) -> _AheadRow | None:
+                   repair_first: int) -> _AheadRow | None:
         """``_look_ahead_row`` of request ``request_id``'s row over ``steps`` steps, given
-        the row's context, output tokens left, blocks held and last rejection count;
-        None when the row is not fresh (or the window is longer than the table)."""
-        if steps > self.width or prev_rej:
+        the row's context, output tokens left, blocks held and first step's repair; None
+        when the row is not fresh (or the window is longer than the table)."""
+        if steps > self.width:
             return None
         b, r = divmod(request_id, self.block)
         tab = self._blocks.get(b)
@@ -638,35 +674,24 @@ class FreshRows:
             if len(self._blocks) >= self.blocks_kept:
                 del self._blocks[next(iter(self._blocks))]
             tab = self._blocks[b] = self._build(b)
-        a, cum, ctx_start, need, repair, fstep, prompt, rem = tab
-        if ctx != prompt[r] or left != rem[r] or held > need[r, 0]:
+        a, t, prompt, left_fresh = tab
+        if ctx != prompt[r] or left != left_fresh[r]:
             return None
-        f = min(int(fstep[r]), steps)
-        live = min(f + 1, steps)
-        return _AheadRow(a[r, :steps], cum[r, :steps], f, ctx_start[r, :live],
-                         need[r, :live], 0, repair[r, 1:live] if self._multi and live > 1
-                         else None)
+        row = _RowTerms(t.cum[r], t.fstep[r], t.ctx_start[r], t.need[r], t.repair[r])
+        return _cut_row(a[r], row, steps, held, repair_first, self._multi)
 
-    def _build(self, b: int) -> tuple[np.ndarray, ...]:
-        """The block's rows over ``width`` steps, as ``_look_ahead_row`` computes one."""
+    def _build(self, b: int) -> tuple[np.ndarray, _RowTerms, np.ndarray, np.ndarray]:
+        """The block's draws and terms over ``width`` steps, its prompts and output left."""
         lo = b * self.block
         hi = min(lo + self.block, len(self._prompt))
-        n = self._n
         prompt = self._prompt[lo:hi]
-        rem = self._output[lo:hi] - 1  # the first token came with the prefill
+        left = self._output[lo:hi] - 1  # the first token came with the prefill
         # 32-bit arithmetic when every value fits (half the memory traffic)
-        small = max(int(prompt.max()), int(rem.max())) + (self.width + 2) * (n + 1) \
+        small = max(int(prompt.max()), int(left.max())) + (self.width + 2) * (self._n + 1) \
             + 2 * self._layout.block_size < 2**31
         dtype = np.int32 if small else np.int64
         a = self._sampler.first_draws_table(lo, hi - lo).astype(dtype)
-        e = a + 1
-        cum = e.cumsum(axis=1, dtype=dtype)
-        prompt, rem = prompt.astype(dtype), rem.astype(dtype)
-        fstep = np.add.reduce(cum < rem[:, None], axis=1)  # cum rises: see _look_ahead_row
-        ctx_start = cum - e
-        ctx_start += prompt[:, None]
-        need = self._layout.blocks_for_array(ctx_start, 1 + n)  # rises with the context
-        repair = np.zeros_like(a)
-        if self._multi:
-            np.maximum(n - 1 - a[:, :-1], 0, out=repair[:, 1:])
-        return a, cum, ctx_start, need, repair, fstep, prompt, rem
+        prompt, left = prompt.astype(dtype), left.astype(dtype)
+        terms = _row_terms(a, self.width, prompt, left, self._n, self._multi, self._layout,
+                           dtype)
+        return a, terms, prompt, left
