@@ -53,8 +53,8 @@ class DecodeRun:
     arrays are the instance's decode rows: those it had at the start, then the rows that
     joined, in order. Per column: accepted drafts per step (``accepted``), tokens emitted
     by the end of each step (``cum``), whether it decodes in each step (``act``, from its
-    first step ``start`` to its finishing step ``fstep``; ``fstep`` is the step count when
-    it does not finish in the window) and the blocks it holds during each step (``need``,
+    first step to its finishing step ``fstep``; ``fstep`` is the step count when it does
+    not finish in the window) and the blocks it holds during each step (``need``,
     never less than at its start, kept after it finishes: an upper bound).
     """
 
@@ -88,7 +88,6 @@ class DecodeRun:
         self.act = _widen(ahead.act, cap)
         self.need = _widen(ahead.need, cap)
         self.fstep = _widen(fstep, cap, K)
-        self.start = np.zeros(cap, dtype=np.int64)
         self.held0 = _widen(inst.blocks[:k], cap)
         self.held_alive = int(self.held0[:k].sum())  # blocks the unfinished columns held
         self.alive_cols = k
@@ -284,7 +283,6 @@ class DecodeRun:
         self.need[s:e, c] = row.need
         self.need[e:, c] = row.need[-1]  # kept after it finishes
         self.fstep[c] = s + f
-        self.start[c] = s
         self.held0[c] = held
         self.held_alive += held
         self.alive_cols += 1
@@ -311,7 +309,6 @@ class DecodeRun:
         self.act = _widen(self.act, cols)
         self.need = _widen(self.need, cols)
         self.fstep = _widen(self.fstep, cols, self.K)
-        self.start = _widen(self.start, cols)
         self.held0 = _widen(self.held0, cols)
 
     def _retime(self, lo: int) -> None:
