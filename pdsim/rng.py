@@ -113,10 +113,7 @@ def counter_uniform_steps(keys: np.ndarray, counters: np.ndarray, steps: int) ->
     base = counters.astype(np.uint64) + np.uint64(1)
     base *= np.uint64(_GAMMA)
     base += keys
-    return _finalize(base[None, :] + _STEP_GAMMA[:steps, None]
-                     if steps <= len(_STEP_GAMMA) else
-                     base[None, :] + np.arange(steps, dtype=np.uint64)[:, None]
-                     * np.uint64(_GAMMA))
+    return _finalize(base[None, :] + _step_gammas(steps)[:, None])
 
 
 def counter_uniform_run(key: int, counter: int, steps: int) -> np.ndarray:
@@ -125,18 +122,14 @@ def counter_uniform_run(key: int, counter: int, steps: int) -> np.ndarray:
     Weyl state of the first draw computed on Python ints (a per-request draw's cost is
     its number of array operations, not its length)."""
     first = (key + (counter + 1) * _GAMMA) & _MASK64
-    steps_gamma = (_STEP_GAMMA[:steps] if steps <= len(_STEP_GAMMA)
-                   else np.arange(steps, dtype=np.uint64) * np.uint64(_GAMMA))
-    return _finalize(steps_gamma + np.uint64(first))
+    return _finalize(_step_gammas(steps) + np.uint64(first))
 
 
 def counter_uniform_rows(keys: np.ndarray, steps: int) -> np.ndarray:
     """``counter_uniforms(keys[i], j)`` for j = 0..steps-1 as row i of a (k, steps) array:
     each item's first ``steps`` draws, laid out item by item."""
     first = keys + np.uint64(_GAMMA)  # the Weyl state of draw 0 (wraps mod 2^64)
-    steps_gamma = (_STEP_GAMMA[:steps] if steps <= len(_STEP_GAMMA)
-                   else np.arange(steps, dtype=np.uint64) * np.uint64(_GAMMA))
-    return _finalize(first[:, None] + steps_gamma[None, :])
+    return _finalize(first[:, None] + _step_gammas(steps)[None, :])
 
 
 def counter_keys(stream: int, indices: np.ndarray) -> np.ndarray:
@@ -164,6 +157,13 @@ def _finalize(z: np.ndarray) -> np.ndarray:
     u: np.ndarray = z.astype(np.float64)
     u *= 2.0 ** -53
     return u
+
+
+def _step_gammas(steps: int) -> np.ndarray:
+    """The Weyl increments of draws 0..steps-1 after a first one (j * gamma, mod 2^64)."""
+    if steps <= len(_STEP_GAMMA):
+        return _STEP_GAMMA[:steps]
+    return np.arange(steps, dtype=np.uint64) * np.uint64(_GAMMA)
 
 
 _STEP_GAMMA = np.arange(256, dtype=np.uint64) * np.uint64(_GAMMA)

@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from pdsim.simulation import Simulation
 
 
+def _reached_d(req: Request) -> tuple[float, int]:
+    """A request's place in D's queue: when it reached D, then its id."""
+    return req.d_queued_s, req.id
+
+
 class StepPlan(NamedTuple):
     """What one step computes: prefill chunks and the decode slots."""
 
@@ -205,12 +210,11 @@ class Instance:
         req.tokens_recomputed_on_d = req.prompt_tokens - req.remote_tokens
         req.d_local_prefill_tokens = req.prompt_tokens - req.num_computed
         # back in the queue in the order the requests reached D (usually last)
-        waiting, key = self.waiting, (req.d_queued_s, req.id)
-        if not waiting or (waiting[-1].d_queued_s, waiting[-1].id) <= key:
+        waiting, key = self.waiting, _reached_d(req)
+        if not waiting or _reached_d(waiting[-1]) <= key:
             waiting.append(req)
         else:
-            waiting.insert(bisect.bisect(waiting, key, key=lambda r: (r.d_queued_s, r.id)),
-                           req)
+            waiting.insert(bisect.bisect(waiting, key, key=_reached_d), req)
         self.notify()
 
     def kv_load_failed(self, req: Request, recompute: bool,

@@ -93,8 +93,14 @@ def excess_profile(backoff: int, d_local: int, num_modules: int, prompt_tokens: 
     Only the offsets matter once the prompt is longer than a few drafter windows, so the
     cache key clips the prompt length there.
     """
-    clip = 4 * (num_modules + backoff + d_local + 2)
-    return _relative(backoff, d_local, num_modules, min(prompt_tokens, clip))
+    return _relative(backoff, d_local, num_modules,
+                     _clipped(backoff, d_local, num_modules, prompt_tokens))
+
+
+def _clipped(backoff: int, d_local: int, num_modules: int, prompt_tokens: int) -> int:
+    """The prompt length a profile's cache key uses: only the offsets matter once the
+    prompt is longer than a few drafter windows."""
+    return min(prompt_tokens, 4 * (num_modules + backoff + d_local + 2))
 
 
 class StalePlan(NamedTuple):
@@ -115,8 +121,8 @@ def stale_plan(backoff: int, d_local: int, num_modules: int, prompt_tokens: int,
     decays with distance; guess ``k`` (P's sampled token is 0) is right with probability
     ``guess_accuracy ** (k + 1)``.
     """
-    clip = 4 * (num_modules + backoff + d_local + 2)
-    return _stale_plan(backoff, d_local, num_modules, min(prompt_tokens, clip), decay_tokens,
+    return _stale_plan(backoff, d_local, num_modules,
+                       _clipped(backoff, d_local, num_modules, prompt_tokens), decay_tokens,
                        guess_accuracy)
 
 
