@@ -31,6 +31,7 @@ steps see exactly the draws the same steps taken one by one would.
 from __future__ import annotations
 
 import bisect
+import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -135,11 +136,10 @@ class DecodeRun:
             return
         self._armed.add(j)
         env = self.inst.env
-        gen = self._gen
         ev = StepEnd(env, max(0.0, self.ends.item(j) - env.now), self.inst.step_priority)
-        ev.callbacks.append(lambda _e: self._fire(gen, j))
+        ev.callbacks.append(functools.partial(self._fire, self._gen, j))
 
-    def _fire(self, gen: int, j: int) -> None:
+    def _fire(self, gen: int, j: int, _event: object = None) -> None:
         if gen != self._gen:
             return
         self._armed.discard(j)
@@ -565,8 +565,7 @@ def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
     repair_first = max(int(inst.prev_rej[c]) - 1, 0) if multi else 0
     a: np.ndarray | None = None
     if n:
-        stale = inst.stale[c]
-        has_stale = np.count_nonzero(stale) > 0
+        has_stale = any(inst.stale[c].tolist())
         if has_stale and inst.decay_tokens is not None:
             return None
         counter = int(inst.adraw[c]) + int(inst.n_drafts[c])
@@ -625,7 +624,9 @@ def _cut_row(a: np.ndarray | None, t: _RowTerms, steps: int, held: int, repair_f
     steps or more): cut at its finishing step, never needing fewer blocks than it holds."""
     f = min(int(t.fstep), steps)
     live = min(f + 1, steps)
-    need = np.maximum(t.need[:live], held)
+    need = t.need[:live]
+    if held > need.item(0):  # the need rises with the context: else it is never below
+        need = np.maximum(need, held)
     return _AheadRow(None if a is None else a[:steps], t.cum[:steps], f,
                      t.ctx_start[:live], need, repair_first,
                      t.repair[1:live] if multi and live > 1 else None)
