@@ -576,14 +576,15 @@ def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
             if fresh is not None:
                 return fresh
         a = inst.sampler.draw_run(steps, int(inst.akey[c]), counter,
-                                  inst.surv[c] if has_stale else None)
-    terms = _row_terms(a, steps, ctx, left, n, multi, inst.layout, np.int64)
-    return _cut_row(a, terms, steps, held, repair_first, multi)
+                                  inst.surv[c] if has_stale else None)[None]
+    terms = _row_terms(a, steps, np.array([ctx]), np.array([left]), n, multi, inst.layout,
+                       np.int64)
+    return _cut_row(a, terms, 0, steps, held, repair_first, multi)
 
 
 class _RowTerms(NamedTuple):
-    """Decode rows laid out along the last axis (one row, or one per request of a
-    block), from their draws: tokens emitted by the end of each step (``cum``), the
+    """Decode rows, one per row of each array (one row, or one per request of a block),
+    steps along the columns, from their draws: tokens emitted by the end of each step (``cum``), the
     finishing step (``fstep``, the step count when a row does not finish), the context at
     each step's start, the blocks each step needs without what the row already holds,
     and the drafter's repair in each step (0 in the first: it depends on the step before
@@ -596,40 +597,41 @@ class _RowTerms(NamedTuple):
     repair: np.ndarray
 
 
-def _row_terms(a: np.ndarray | None, steps: int, ctx: int | np.ndarray,
-               left: int | np.ndarray, n: int, multi: bool, layout: KVLayout,
-               dtype: type[np.signedinteger[Any]]) -> _RowTerms:
-    """``_RowTerms`` of rows with accepted drafts ``a`` (None without a drafter: one token
-    a step), context ``ctx`` and output tokens ``left`` (a scalar, or one per row)."""
-    e = a + 1 if a is not None else np.ones(steps, dtype=dtype)
-    cum = np.add.accumulate(e, axis=-1, dtype=dtype)
+def _row_terms(a: np.ndarray | None, steps: int, ctx: np.ndarray, left: np.ndarray, n: int,
+               multi: bool, layout: KVLayout, dtype: type[np.signedinteger[Any]]
+               ) -> _RowTerms:
+    """``_RowTerms`` of rows with accepted drafts ``a`` (rows x steps; None without a
+    drafter: one token a step), context ``ctx`` and output tokens ``left`` (one per row)."""
+    e = a + 1 if a is not None else np.ones((len(ctx), steps), dtype=dtype)
+    cum = np.add.accumulate(e, axis=1, dtype=dtype)
     # cum rises every step: the steps before a row's finishing step are those with
     # cum < left, so their count is the finishing step
-    fstep = np.add.reduce(cum < np.expand_dims(left, -1), axis=-1)
+    fstep = np.add.reduce(cum < left[:, None], axis=1)
     ctx_start = cum - e
-    ctx_start += np.expand_dims(ctx, -1)
+    ctx_start += ctx[:, None]
     need = layout.blocks_for_array(ctx_start, 1 + n)  # rises with the context
     repair = np.zeros_like(ctx_start)
     if multi:
         assert a is not None
         # multi-module MTP's standalone repair: the drafter re-prefills the positions the
         # previous step rejected, bar one
-        np.maximum(n - 1 - a[..., :-1], 0, out=repair[..., 1:])
+        np.maximum(n - 1 - a[:, :-1], 0, out=repair[:, 1:])
     return _RowTerms(cum, fstep, ctx_start, need, repair)
 
 
-def _cut_row(a: np.ndarray | None, t: _RowTerms, steps: int, held: int, repair_first: int,
-             multi: bool) -> _AheadRow:
-    """One row's ``_AheadRow`` over ``steps`` steps from its terms (computed over those
-    steps or more): cut at its finishing step, never needing fewer blocks than it holds."""
-    f = min(int(t.fstep), steps)
+def _cut_row(a: np.ndarray | None, t: _RowTerms, r: int, steps: int, held: int,
+             repair_first: int, multi: bool) -> _AheadRow:
+    """Row ``r``'s ``_AheadRow`` over ``steps`` steps from its draws and terms (computed
+    over those steps or more): cut at its finishing step, never needing fewer blocks than
+    it holds."""
+    f = min(int(t.fstep[r]), steps)
     live = min(f + 1, steps)
-    need = t.need[:live]
+    need = t.need[r, :live]
     if held > need.item(0):  # the need rises with the context: else it is never below
         need = np.maximum(need, held)
-    return _AheadRow(None if a is None else a[:steps], t.cum[:steps], f,
-                     t.ctx_start[:live], need, repair_first,
-                     t.repair[1:live] if multi and live > 1 else None)
+    return _AheadRow(None if a is None else a[r, :steps], t.cum[r, :steps], f,
+                     t.ctx_start[r, :live], need, repair_first,
+                     t.repair[r, 1:live] if multi and live > 1 else None)
 
 
 class FreshRows:
@@ -675,8 +677,7 @@ class FreshRows:
         a, t, prompt, left_fresh = tab
         if ctx != prompt[r] or left != left_fresh[r]:
             return None
-        row = _RowTerms(t.cum[r], t.fstep[r], t.ctx_start[r], t.need[r], t.repair[r])
-        return _cut_row(a[r], row, steps, held, repair_first, self._multi)
+        return _cut_row(a, t, r, steps, held, repair_first, self._multi)
 
     def _build(self, b: int) -> tuple[np.ndarray, _RowTerms, np.ndarray, np.ndarray]:
         """The block's draws and terms over ``width`` steps, its prompts and output left."""
