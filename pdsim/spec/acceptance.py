@@ -34,7 +34,7 @@ class AcceptanceSampler:
     verification counter (how many verifications it has had before).
     """
 
-    __slots__ = ("_n", "_survival_asc", "stream_key")
+    __slots__ = ("_n", "_survival_asc", "_survival_desc", "stream_key")
 
     first_draws_width = 128  # verifications per request in ``first_draws_table``
 
@@ -43,6 +43,7 @@ class AcceptanceSampler:
         self._n = len(cond)
         # P(a >= i + 1), i = 0..N-1, is non-increasing; ascending for searchsorted
         self._survival_asc = self.survival_of(cond)[::-1].copy()
+        self._survival_desc = self.survival_of(cond).tolist()
         self.stream_key = stream_key
 
     @property
@@ -64,13 +65,15 @@ class AcceptanceSampler:
         return np.cumprod(rates, axis=-1)
 
     def _accepted(self, u: np.ndarray, survival: np.ndarray | None) -> np.ndarray:
-        if survival is None:
-            below: np.ndarray = self._survival_asc.searchsorted(u, side="right")
-            return self._n - below
-        # one comparison per draft position (survival is (k, N), u is (..., k))
-        accepted: np.ndarray = (u < survival[:, 0]).astype(np.int64)
-        for i in range(1, self._n):
-            accepted += u < survival[:, i]
+        """``#{i : u < P(a >= i + 1)}`` for each uniform: one comparison per draft position
+        (cheaper than a binary search per uniform for the few positions there are), at
+        the clean rates or per request (``survival`` is (k, N), ``u`` is (..., k))."""
+        if not self._n:
+            return np.zeros(u.shape, dtype=np.int64)
+        per_pos = self._survival_desc if survival is None else survival.T
+        accepted: np.ndarray = (u < per_pos[0]).astype(np.int64)
+        for p in per_pos[1:]:
+            accepted += u < p
         return accepted
 
     def draw(self, keys: np.ndarray, counters: np.ndarray,
