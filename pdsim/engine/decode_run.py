@@ -583,12 +583,12 @@ def _look_ahead_row(inst: Instance, c: int, steps: int) -> _AheadRow | None:
 
 
 class _RowTerms(NamedTuple):
-    """Decode rows, one per row of each array (one row, or one per request of a block),
-    steps along the columns, from their draws: tokens emitted by the end of each step (``cum``), the
-    finishing step (``fstep``, the step count when a row does not finish), the context at
-    each step's start, the blocks each step needs without what the row already holds,
-    and the drafter's repair in each step (0 in the first: it depends on the step before
-    the row's first)."""
+    """Decode rows from their draws, one per array row (a single row, or one per request of
+    a block) with the steps along the columns: tokens emitted by the end of each step
+    (``cum``), the finishing step (``fstep``, the step count when a row does not finish),
+    the context at each step's start, the blocks each step needs without what the row
+    already holds, and the drafter's repair in each step (0 in the first: it depends on
+    the step before the row's first)."""
 
     cum: np.ndarray
     fstep: np.ndarray
