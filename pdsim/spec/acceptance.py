@@ -34,9 +34,10 @@ class AcceptanceSampler:
     verification counter (how many verifications it has had before).
     """
 
-    __slots__ = ("_n", "_survival_asc", "_survival_desc", "stream_key")
+    __slots__ = ("_keys", "_n", "_survival_asc", "_survival_desc", "stream_key")
 
     first_draws_width = 128  # verifications per request in ``first_draws_table``
+    keys_cached_below = 1 << 22  # request ids whose keys ``request_key`` keeps in a table
 
     def __init__(self, conditional_rates: np.ndarray, stream_key: int) -> None:
         cond = np.asarray(conditional_rates, dtype=np.float64)
@@ -45,14 +46,22 @@ class AcceptanceSampler:
         self._survival_asc = self.survival_of(cond)[::-1].copy()
         self._survival_desc = self.survival_of(cond).tolist()
         self.stream_key = stream_key
+        self._keys = np.zeros(0, dtype=np.uint64)
 
     @property
     def num_drafts(self) -> int:
         return self._n
 
     def request_key(self, request_id: int) -> int:
-        """The key of a request's acceptance draws."""
-        return counter_key(self.stream_key, request_id)
+        """The key of a request's acceptance draws (``counter_key`` of the stream),
+        read from a table computed for ids 0..n-1 at once (n doubling as ids grow)."""
+        keys = self._keys
+        if not 0 <= request_id < len(keys):
+            if not 0 <= request_id < self.keys_cached_below:
+                return counter_key(self.stream_key, request_id)
+            size = max(1024, 2 * len(keys), request_id + 1)
+            keys = self._keys = counter_keys(self.stream_key, np.arange(size))
+        return int(keys[request_id])
 
     @property
     def clean_survival(self) -> np.ndarray:

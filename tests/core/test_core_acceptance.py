@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdsim import SimConfig, simulate
-from pdsim.rng import counter_uniforms
+from pdsim.rng import counter_key, counter_uniforms
 from pdsim.spec.acceptance import AcceptanceSampler, expected_tokens_per_step
 
 INKLING_RATES = [0.7568, 0.6011, 0.4976, 0.4113, 0.3538, 0.2980, 0.2608, 0.2229]
@@ -317,3 +317,15 @@ def test_counter_uniforms_are_splitmix64_streams() -> None:
     assert got.astype(np.int64).tolist() == want
     # the finalizer itself, on SplitMix64's first output for seed 0 (Vigna's reference)
     assert splitmix64(gamma) == 0xE220A8397B1DCDAF
+
+
+@given(st.lists(st.integers(0, 5000), min_size=1, max_size=30), st.integers(0, 2**64 - 1),
+       st.one_of(st.integers(-5, -1), st.integers(AcceptanceSampler.keys_cached_below, 2**40)))
+def test_request_keys_from_the_table_equal_the_scalar_key(ids: list[int], stream: int,
+                                                          far: int) -> None:
+    """``request_key`` reads keys from a table grown in blocks; each equals
+    ``counter_key`` of the stream, whatever order the ids come in, and so do ids outside
+    the table's range."""
+    s = _sampler([0.8, 0.6], stream)
+    for i in [*ids, far]:
+        assert s.request_key(i) == counter_key(stream, i)
