@@ -330,7 +330,7 @@ class DecodeRun:
         dt = self.inst.step_model.step_time_s(StepBatch(
             self.prefill.item(j), self.pairs.item(j), kj, kj * self.q,
             self.ctx_sum.item(j), self.repair.item(j)))
-        self.ends_rel[j:self.num_steps] += dt - self.dts[j]
+        self.ends_rel[j:self.num_steps] += dt - self.dts.item(j)
         self.dts[j] = dt
         self._moved(j)
 

@@ -109,8 +109,9 @@ class BlockPool:
             raise KVCacheError(f"blocks {twice[:8]} freed twice (owner {owner})")
         self._owned -= n
         # Freed blocks go back on top of the stack: the most recently freed are reused
-        # first.
-        self._free.extend(reversed(table))
+        # first (the table is no longer anyone's: reversed in place).
+        table.reverse()
+        self._free.extend(table)
         return n
 
     def check(self) -> None:
