@@ -24,7 +24,6 @@ from pdsim.engine.kvcache import BlockPool, KVLayout
 from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
 from pdsim.perf.base import StepBatch
 from pdsim.perf.build import build_step_time_model
-from pdsim.spec.acceptance import expected_tokens_per_step
 from pdsim.spec.provenance import stale_plan
 
 if TYPE_CHECKING:
@@ -77,7 +76,6 @@ class Instance:
         self.num_modules = cfg.num_drafter_modules
         self.sampler = sim.acceptance_sampler
         self.cond = cfg.conditional_acceptance
-        self.tokens_per_step_clean = expected_tokens_per_step(self.cond) if self.n_spec else 1.0
         stale = cfg.speculative.stale_kv
         self.beta = stale.sensitivity_per_slot
         self.decay_tokens = stale.decay_tokens
