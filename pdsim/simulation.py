@@ -96,8 +96,9 @@ class Simulation:
         self._schedule_faults()
         if not self.requests:
             return build_results(self)
-        if self.specs.closed_loop_concurrency is not None:
-            for _ in range(min(self.specs.closed_loop_concurrency, len(self.requests))):
+        clients = self.specs.closed_loop_concurrency
+        if clients is not None:
+            for _ in range(min(clients, len(self.requests))):
                 self._release_next()
         else:
             self.env.process(self._arrivals())
@@ -359,7 +360,7 @@ class Simulation:
         if self._progress is not None and (self.num_done % 256 == 0
                                            or self.num_done == len(self.requests)):
             self._progress(self.num_done, len(self.requests))
-        if self.specs.closed_loop_concurrency is not None:
+        if self.closed_loop:
             self._release_next()
         if self.num_done == len(self.requests) and not self._all_done.triggered:
             self._all_done.succeed()
