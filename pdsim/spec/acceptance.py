@@ -53,15 +53,24 @@ class AcceptanceSampler:
         return self._n
 
     def request_key(self, request_id: int) -> int:
-        """The key of a request's acceptance draws (``counter_key`` of the stream),
-        read from a table computed for ids 0..n-1 at once (n doubling as ids grow)."""
+        """The key of a request's acceptance draws (``counter_key`` of the stream)."""
         keys = self._keys
-        if not 0 <= request_id < len(keys):
-            if not 0 <= request_id < self.keys_cached_below:
-                return counter_key(self.stream_key, request_id)
-            size = max(1024, 2 * len(keys), request_id + 1)
-            keys = self._keys = counter_keys(self.stream_key, np.arange(size))
-        return int(keys[request_id])
+        if 0 <= request_id < len(keys):
+            return int(keys[request_id])
+        if not 0 <= request_id < self.keys_cached_below:
+            return counter_key(self.stream_key, request_id)
+        return int(self.request_keys(request_id, 1)[0])
+
+    def request_keys(self, first_id: int, count: int) -> np.ndarray:
+        """The keys of requests ``first_id .. first_id + count - 1`` (uint64), read from a
+        table computed for ids 0..n-1 at once (n doubling as ids grow)."""
+        end = first_id + count
+        if not 0 <= first_id <= end <= self.keys_cached_below:
+            return counter_keys(self.stream_key, np.arange(first_id, end))
+        if end > len(self._keys):
+            size = max(1024, 2 * len(self._keys), end)
+            self._keys = counter_keys(self.stream_key, np.arange(size))
+        return self._keys[first_id:end]
 
     @property
     def clean_survival(self) -> np.ndarray:
@@ -119,7 +128,7 @@ class AcceptanceSampler:
         verifications of requests ``first_id .. first_id + count - 1``, one row each:
         row ``i`` is ``draw_run(width, request_key(first_id + i), 0)``, computed for all
         the requests at once."""
-        keys = counter_keys(self.stream_key, np.arange(first_id, first_id + count))
+        keys = self.request_keys(first_id, count)
         return self._accepted(counter_uniform_rows(keys, self.first_draws_width), None)
 
 

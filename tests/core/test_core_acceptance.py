@@ -323,9 +323,10 @@ def test_counter_uniforms_are_splitmix64_streams() -> None:
        st.one_of(st.integers(-5, -1), st.integers(AcceptanceSampler.keys_cached_below, 2**40)))
 def test_request_keys_from_the_table_equal_the_scalar_key(ids: list[int], stream: int,
                                                           far: int) -> None:
-    """``request_key`` reads keys from a table grown in blocks; each equals
-    ``counter_key`` of the stream, whatever order the ids come in, and so do ids outside
-    the table's range."""
+    """``request_key`` and ``request_keys`` read keys from a table grown in blocks; each
+    equals ``counter_key`` of the stream, whatever order the ids come in, and so do ids
+    outside the table's range."""
     s = _sampler([0.8, 0.6], stream)
     for i in [*ids, far]:
         assert s.request_key(i) == counter_key(stream, i)
+        assert s.request_keys(i, 3).tolist() == [counter_key(stream, i + j) for j in range(3)]
