@@ -107,7 +107,7 @@ def check_invariants(sim: Simulation) -> None:
         _check_decode_slots(sim, inst)
     counts = dict.fromkeys(Status, 0)
     now = sim.env.now
-    closed_loop = sim.specs.closed_loop_concurrency is not None
+    closed_loop = sim.closed_loop
     for req in sim.requests:
         counts[req.status] += 1
         dispatched = _dispatched(req)
