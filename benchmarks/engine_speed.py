@@ -99,6 +99,15 @@ def overrides(num_requests: int, output_tokens: int, rate: float | None = None) 
     ]
 
 
+def workload_config(num_requests: int, output_tokens: int, rate: float | None = None,
+                    extra: tuple[str, ...] | list[str] = ()) -> Any:
+    """configs/mtp3.yaml with the target workload's overrides (and ``extra`` ones)."""
+    import pdsim
+
+    return pdsim.load_config(ROOT / "configs" / "mtp3.yaml",
+                             [*overrides(num_requests, output_tokens, rate), *extra])
+
+
 def _rss_bytes() -> int:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
@@ -134,8 +143,7 @@ def child(num_requests: int, output_tokens: int, rate: float | None, extra: list
     """One point, measured in this (fresh) process."""
     import pdsim
 
-    cfg = pdsim.load_config(ROOT / "configs" / "mtp3.yaml",
-                            [*overrides(num_requests, output_tokens, rate), *extra])
+    cfg = workload_config(num_requests, output_tokens, rate, extra)
     baseline = _rss_bytes()
     t0, c0 = time.perf_counter(), time.process_time()
     res = pdsim.simulate(cfg)
@@ -186,8 +194,7 @@ def simulate_only(num_requests: int, output_tokens: int, rate: float | None,
     """Load the config and simulate, nothing else (what ``--instructions`` counts)."""
     import pdsim
 
-    pdsim.simulate(pdsim.load_config(ROOT / "configs" / "mtp3.yaml",
-                                     [*overrides(num_requests, output_tokens, rate), *extra]))
+    pdsim.simulate(workload_config(num_requests, output_tokens, rate, extra))
 
 
 def instructions_per_request(lo: int, hi: int, output_tokens: int, rate: float | None,

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _bench import RESULTS, ROOT
-from engine_speed import overrides
+from _bench import RESULTS
+from engine_speed import workload_config
 
 
 def main() -> None:
@@ -33,8 +33,7 @@ def main() -> None:
 
     import pdsim
 
-    cfg = pdsim.load_config(ROOT / "configs" / "mtp3.yaml",
-                            overrides(args.requests, args.osl, args.rate))
+    cfg = workload_config(args.requests, args.osl, args.rate)
     profiler = Profiler(interval=0.0005)
     profiler.start()
     pdsim.simulate(cfg)
