@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -146,19 +146,52 @@ Acceptance = Annotated[
 
 
 class StaleKVConfig(StrictModel):
-    """How stale MTP KV slots lower a module's acceptance (fitted defaults, see README).
+    """How stale MTP KV slots lower a module's acceptance (defaults fitted, docs/mtp-model.md).
 
     A module whose KV holds stale slots (computed from a wrong token) drafts worse: its
     conditional acceptance is multiplied by ``exp(-sensitivity_per_slot * S)``, where S sums
     ``exp(-(d - 1) / decay_tokens)`` over its stale slots at distance d from the decode
-    front (no decay when ``decay_tokens`` is null). ``residual_guess_accuracy`` is the
-    probability that P's guess of the first token past its truncated prompt end is right;
-    guess k past the end is right with probability ``residual_guess_accuracy ** (k + 1)``.
+    front (no decay when ``decay_tokens`` is null). A slot P wrote from its own guesses is
+    stale only when a guess it depends on was wrong: P's drafts of output tokens are right
+    as often as the drafter's clean acceptance says, and its guesses of the real prompt
+    tokens past a truncated prompt end are right in a row with probability
+    ``residual_guess_accuracy`` each.
+
+    The defaults of ``sensitivity_per_slot`` and ``residual_guess_accuracy`` are fitted to
+    Inkling-Small's measurements (``STALE_KV_FIT``); other models inherit them, which
+    ``show-config`` says. The three rules below can be switched off for ablations; two of
+    them are our inference from vLLM's kernels, not stated by PR #55055.
     """
 
-    sensitivity_per_slot: NonNegFloat = 1.994
+    sensitivity_per_slot: NonNegFloat = 4.4373
     decay_tokens: PositiveFloat | None = None
-    residual_guess_accuracy: Probability = 0.9882
+    residual_guess_accuracy: Probability = 0.9774
+    unverified_draft_slots: bool = Field(True, description=(
+        "P's final chunk leaves slots computed from its unverified drafts in the MTP KV it "
+        "hands to D (the mechanism PR #55055 fixed)."))
+    reprefill_cache_shortfall: bool = Field(True, description=(
+        "Inference from the kernels: D's multi-module re-prefill cache starts with only the "
+        "entries its own final chunk wrote, so a large early rejection re-prefills some "
+        "positions from garbage."))
+    garbage_into_every_module: bool = Field(True, description=(
+        "Inference from the kernels: a re-prefill from garbage writes stale slots into every "
+        "module, module 0 included (False: modules 1..N-1 only)."))
+
+
+class StaleKVFit(NamedTuple):
+    """Where the shipped stale-KV defaults come from."""
+
+    model_profile: str
+    sensitivity_per_slot: float
+    residual_guess_accuracy: float
+    source: str
+
+
+STALE_KV_FIT = StaleKVFit(
+    "inkling-small", StaleKVConfig().sensitivity_per_slot,
+    StaleKVConfig().residual_guess_accuracy,
+    "fitted by tools/fit_stale_kv.py to vLLM PR #55055 (Inkling-Small-NVFP4, MTP-8, 1P1D): "
+    "acceptance length 1.089 before the fix, acceptance rate +30.4 points after it")
 
 
 SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp"]
@@ -339,6 +372,32 @@ class SimConfig(StrictModel):
         """Clean conditional acceptance of each draft position (length N)."""
         n = self.speculative.num_speculative_tokens
         return self.speculative.acceptance.conditional(n)
+
+    @property
+    def stale_kv_provenance(self) -> str:
+        """Where the stale-KV parameters in force come from: the shipped fit (and to which
+        model) or the config (set or calibrated by the user). Empty without multi-module
+        MTP, where they do not act."""
+        if not self.use_multi_module_mtp:
+            return ""
+        s = self.speculative.stale_kv
+        if (s.sensitivity_per_slot, s.residual_guess_accuracy) != (
+                STALE_KV_FIT.sensitivity_per_slot, STALE_KV_FIT.residual_guess_accuracy):
+            return "set in the config (calibrated or chosen by the user)"
+        return f"shipped default, {STALE_KV_FIT.source} (model profile " \
+               f"{STALE_KV_FIT.model_profile})"
+
+    @property
+    def foreign_fit_warnings(self) -> list[str]:
+        """Parameters in force that were fitted to another model than this config's."""
+        if not self.stale_kv_provenance.startswith("shipped default"):
+            return []
+        if self.model.profile == STALE_KV_FIT.model_profile:
+            return []
+        this = self.model.profile or self.model.name
+        return [f"speculative.stale_kv: sensitivity_per_slot and residual_guess_accuracy "
+                f"were fitted to {STALE_KV_FIT.model_profile}, not to this model ({this}); "
+                f"fit them to this model's measurements with `pdsim calibrate` or set them"]
 
     @property
     def workload_max_prompt_tokens(self) -> int:

@@ -212,6 +212,8 @@ def derived_values(cfg: SimConfig) -> dict[str, Any]:
         "kv_bytes_per_token": cfg.kv_bytes_per_token,
         "has_mamba": cfg.model.has_mamba,
     }
+    if cfg.stale_kv_provenance:
+        out["stale_kv_parameters"] = cfg.stale_kv_provenance
     for role, _group in cfg.cluster.groups():
         out[f"{role.value}.num_blocks"] = cfg.num_blocks(role)
     return out

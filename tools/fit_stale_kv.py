@@ -5,7 +5,11 @@ depend on the second parameter:
 
 1. ``sensitivity_per_slot`` (beta): P/D before the fix must give acceptance length 1.089
    (vLLM PR #55055, Inkling-Small, N = 8). Before the fix every excess stale slot is an
-   unverified draft (no guesses), so this target depends on beta alone.
+   unverified draft (no guesses), so this target depends on beta alone. The acceptance
+   length falls with beta towards a floor set by the requests that no rule pollutes (P's
+   drafts were right and no early rejection re-prefilled garbage); when that floor lies
+   above the target, the target is unreachable and beta is the smallest value within
+   ``--floor-tolerance`` of the floor (the closest the mechanism gets, reported as such).
 2. ``residual_guess_accuracy`` (q): P/D after the fix must raise the acceptance rate by
    30.4 points over before the fix (the same PR's headline).
 
@@ -49,6 +53,8 @@ def main() -> None:
     ap.add_argument("--config", default="configs/inkling_small_pd_mtp8.yaml")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=12)
+    ap.add_argument("--beta-max", type=float, default=50.0)
+    ap.add_argument("--floor-tolerance", type=float, default=0.005)
     args = ap.parse_args()
     base = pdsim.load_config(args.config)
     before = variant(base, connector__prefill_backoff="off")
@@ -58,7 +64,10 @@ def main() -> None:
         return mean_metric(variant(before, speculative__stale_kv__sensitivity_per_slot=beta),
                            "acceptance_length", args.seeds)
 
-    beta = bisect(al_before, 0.0, 3.0, TARGET_AL_BEFORE, increasing=False, iters=args.iters)
+    floor = al_before(args.beta_max)
+    reachable = floor <= TARGET_AL_BEFORE
+    target = TARGET_AL_BEFORE if reachable else floor + args.floor_tolerance
+    beta = bisect(al_before, 0.0, args.beta_max, target, increasing=False, iters=args.iters)
     beta = round(beta, 4)
     rate_before = mean_metric(
         variant(before, speculative__stale_kv__sensitivity_per_slot=beta), "acceptance_rate",
@@ -77,6 +86,9 @@ def main() -> None:
 
     head = compare(fitted).headline()
     out = {"sensitivity_per_slot": beta, "residual_guess_accuracy": q,
+           "acceptance_length_before_target": TARGET_AL_BEFORE,
+           "acceptance_length_before_floor": round(floor, 4),
+           "target_reachable": reachable,
            "acceptance_length_before": head["acceptance_length_before"],
            "acceptance_length_after": head["acceptance_length_after"],
            "acceptance_rate_change_points": head["acceptance_rate_change_points"],

@@ -24,7 +24,7 @@ from pdsim.engine.kvcache import BlockPool, KVLayout
 from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
 from pdsim.perf.base import StepBatch
 from pdsim.perf.build import build_step_time_model
-from pdsim.spec.provenance import stale_plan
+from pdsim.spec.provenance import leading_right, stale_plan
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -79,7 +79,13 @@ class Instance:
         stale = cfg.speculative.stale_kv
         self.beta = stale.sensitivity_per_slot
         self.decay_tokens = stale.decay_tokens
-        self.guess_accuracy = stale.residual_guess_accuracy
+        # P(P's first i + 1 guesses of real prompt tokens were right), long enough for
+        # any backoff (a guess chain is at most backoff + 1 long)
+        q = stale.residual_guess_accuracy
+        self.guess_survival = [q ** (i + 1) for i in range(cfg.num_prefill_lookahead_tokens
+                                                           + 2)]
+        self.unverified_draft_slots = stale.unverified_draft_slots
+        self.reprefill_cache_shortfall = stale.reprefill_cache_shortfall
         # draft position i is drafted by module i (multi-module) or the one module
         n = max(1, self.n_spec)
         self.module_of_pos = (np.arange(n) if self.multi_module else np.zeros(n, dtype=np.int64))
@@ -119,6 +125,11 @@ class Instance:
         self.surv = np.zeros((s, n), dtype=np.float64)
         self._clean_surv = (self.sampler.clean_survival if self.n_spec
                             else np.ones(n, dtype=np.float64))
+        self._clean_surv_list: list[float] = self._clean_surv.tolist()
+        # which modules a re-prefill from garbage writes stale slots into
+        self.garbage_modules = np.ones(max(1, self.num_modules), dtype=np.float64)
+        if not stale.garbage_into_every_module:
+            self.garbage_modules[0] = 0.0
         self._rows = (self.ctx, self.out, self.tgt, self.blocks, self.seg_first, self.n_drafts,
                       self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale,
                       self.akey, self.adraw, self.surv)
@@ -635,8 +646,10 @@ class Instance:
         self.n_acc[s] = 0
         self.acc_pos[s] = 0
         self.prev_rej[s] = 0  # the step that ends a prefill rejected nothing
-        if self.multi_module:
+        if self.multi_module and self.reprefill_cache_shortfall:
             self.cache_valid[s] = min(self.n_spec - 1, req.final_chunk_tokens)
+        elif self.multi_module:
+            self.cache_valid[s] = self.n_spec - 1  # ablation: the cache starts full
         else:
             self.cache_valid[s] = self.n_spec  # no multi-module re-prefill cache to run dry
         stale = (self._remote_stale_weights(req) if self.n_spec and req.kv_from_remote
@@ -659,20 +672,25 @@ class Instance:
 
     def _remote_stale_weights(self, req: Request) -> list[float] | None:
         """Per drafter module, the stale weight of the slots P left in ``req``'s KV that D
-        does not rewrite (None when there are none): certain for unverified drafts, and
-        for each of P's guesses unless it guessed the real token (one provenance draw
-        per guessed slot, in slot order)."""
+        does not rewrite (None when there are none). A slot is stale unless every guess
+        it was computed through was right: one provenance draw says how many of P's
+        guesses of real prompt tokens were right in a row, one how many of P's drafts
+        (at the drafter's clean acceptance)."""
         plan = stale_plan(req.prompt_tokens - req.p_prompt_tokens,
                           req.prompt_tokens - req.d_first_local, self.num_modules,
-                          req.prompt_tokens, self.decay_tokens, self.guess_accuracy)
+                          req.prompt_tokens, self.decay_tokens, self.unverified_draft_slots)
         if not plan.slots:
             return None
-        draws = iter(self.sim.provenance_draws.take(plan.num_guesses))
+        draws = iter(self.sim.provenance_draws.take(plan.num_draws))
+        right_guesses = (leading_right(next(draws), self.guess_survival[:plan.max_guesses])
+                         if plan.max_guesses else 0)
+        right_drafts = (leading_right(next(draws), self._clean_surv_list[:plan.max_drafts])
+                        if plan.max_drafts else 0)
         weights = [0.0] * self.stale.shape[1]
         added = False
-        for m, weight, right_p in plan.slots:
-            if right_p is not None and next(draws) < right_p:
-                continue  # P guessed the real token: the slot is exact
+        for m, weight, guesses, drafts in plan.slots:
+            if guesses <= right_guesses and drafts <= right_drafts:
+                continue  # every token the slot was computed through was right
             weights[m] += weight
             added = True
         return weights if added else None
@@ -757,7 +775,7 @@ class Instance:
                 if (garbage > 0).any():
                     # The re-prefill cache is short of entries: the repair recomputes those
                     # positions from garbage, into every module (module 0 included).
-                    stale += np.maximum(garbage, 0)[:, None]
+                    stale += np.maximum(garbage, 0)[:, None] * self.garbage_modules
                     changed = True
                 if self.decay_tokens is not None:
                     stale *= np.exp(-emitted / self.decay_tokens)[:, None]

@@ -12,7 +12,8 @@ past ``L_seen`` and is a guess:
 - ``L_seen <= token <= L`` otherwise: P's guess (its sampled token or a draft) of a real
   token it did not see because it was truncated: wrong with some probability (the
   *residual* after the fix);
-- token ``> L``: an unverified draft of a later output token: stale.
+- token ``> L``: an unverified draft of a later output token: stale unless P's drafts up
+  to it equal the tokens D will generate (drawn from the drafter's clean acceptance).
 
 D overwrites every position from ``d_first_local`` on with its own final chunk, so the
 excess stale slots on D are P's guessed slots at positions ``< d_first_local``. Plain
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -30,8 +32,8 @@ from typing import NamedTuple
 class SlotCause(enum.Enum):
     """Why a slot may hold a wrong token's KV."""
 
-    UNVERIFIED_DRAFT = "unverified_draft"  # stale for certain
-    GUESS = "guess"  # stale unless P guessed the real token
+    UNVERIFIED_DRAFT = "unverified_draft"  # stale unless P's drafts up to it were right
+    GUESS = "guess"  # stale unless P guessed the real tokens up to it
 
 
 class StaleSlot(NamedTuple):
@@ -104,33 +106,66 @@ def _clipped(backoff: int, d_local: int, num_modules: int, prompt_tokens: int) -
 
 
 class StalePlan(NamedTuple):
-    """How D's excess slots of one profile turn into stale weight per drafter module:
-    per slot (in ``excess_profile`` order) its module, its stale weight and, for P's
-    guesses, the chance P guessed the real token (None: stale for certain);
-    ``num_guesses`` is how many provenance draws a request of this profile takes."""
+    """How D's excess slots of one profile turn into stale weight per drafter module.
 
-    slots: tuple[tuple[int, float, float | None], ...]
-    num_guesses: int
+    A slot is computed through the MTP chain from every token between its position and
+    the token it consumes, so it is exact only when all of them are right: the first
+    ``guesses`` of P's guesses of real tokens (P's sampled token is guess 0) and the first
+    ``drafts`` of P's drafts of output tokens. Per slot (in ``excess_profile`` order):
+    its module, its stale weight, ``guesses`` and ``drafts``. ``max_guesses`` and
+    ``max_drafts`` are the largest of each over the slots (0: no draw needed).
+    """
+
+    slots: tuple[tuple[int, float, int, int], ...]
+    max_guesses: int
+    max_drafts: int
+
+    @property
+    def num_draws(self) -> int:
+        """Provenance draws a request of this profile takes: one for how many of P's
+        guesses were right, one for how many of its drafts were (each when needed)."""
+        return (self.max_guesses > 0) + (self.max_drafts > 0)
 
 
 def stale_plan(backoff: int, d_local: int, num_modules: int, prompt_tokens: int,
-               decay_tokens: float | None, guess_accuracy: float) -> StalePlan:
+               decay_tokens: float | None, unverified_drafts: bool = True) -> StalePlan:
     """The ``StalePlan`` of a request's excess slots, cached like ``excess_profile``.
 
     A slot's weight is 1, or ``exp(-(distance - 1) / decay_tokens)`` when stale KV
-    decays with distance; guess ``k`` (P's sampled token is 0) is right with probability
-    ``guess_accuracy ** (k + 1)``.
+    decays with distance. ``unverified_drafts`` False leaves out the slots that consumed
+    one of P's drafts of an output token (an ablation: the mechanism PR #55055 fixed).
     """
     return _stale_plan(backoff, d_local, num_modules,
                        _clipped(backoff, d_local, num_modules, prompt_tokens), decay_tokens,
-                       guess_accuracy)
+                       unverified_drafts)
 
 
 @lru_cache(maxsize=4096)
 def _stale_plan(backoff: int, d_local: int, num_modules: int, prompt_tokens: int,
-                decay_tokens: float | None, guess_accuracy: float) -> StalePlan:
-    slots = tuple(
-        (m, 1.0 if decay_tokens is None else math.exp(-(dist - 1) / decay_tokens),
-         guess_accuracy ** (k + 1) if cause is SlotCause.GUESS else None)
-        for m, dist, cause, k in _relative(backoff, d_local, num_modules, prompt_tokens))
-    return StalePlan(slots, sum(1 for *_, right_p in slots if right_p is not None))
+                decay_tokens: float | None, unverified_drafts: bool) -> StalePlan:
+    slots = []
+    for m, dist, cause, k in _relative(backoff, d_local, num_modules, prompt_tokens):
+        weight = 1.0 if decay_tokens is None else math.exp(-(dist - 1) / decay_tokens)
+        if cause is SlotCause.GUESS:
+            slots.append((m, weight, k + 1, 0))
+            continue
+        if not unverified_drafts:
+            continue
+        # token L + d (d >= 1) is P's d-th draft; when P was truncated (backoff > 0) its
+        # guesses of the backoff prompt tokens and of token L come first in the chain
+        drafts = k - backoff
+        slots.append((m, weight, backoff + 1 if backoff else 0, drafts))
+    return StalePlan(tuple(slots), max((g for _, _, g, _ in slots), default=0),
+                     max((d for *_, d in slots), default=0))
+
+
+def leading_right(u: float, survival: Sequence[float]) -> int:
+    """How many leading guesses (or drafts) were right, drawn by inversion from one
+    uniform ``u``: ``#{i : u < survival[i]}`` with ``survival[i]`` = P(the first i + 1
+    are right), non-increasing."""
+    right = 0
+    for p in survival:
+        if u >= p:
+            break
+        right += 1
+    return right

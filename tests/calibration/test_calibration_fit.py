@@ -85,7 +85,10 @@ def test_recovers_roofline_efficiencies() -> None:
 def test_recovers_stale_kv_sensitivity_from_pd_and_standalone() -> None:
     # Before the fix every excess stale slot on D is an unverified draft, so P/D
     # acceptance depends on the sensitivity alone; the standalone run has no stale KV.
-    base = small_config("connector.prefill_backoff=off")
+    # Eight modules: with three, P's few wrong drafts leave too little to identify it.
+    base = small_config("connector.prefill_backoff=off", "model.num_mtp_modules=8",
+                        "speculative.num_speculative_tokens=8",
+                        "speculative.acceptance={kind: constant, rate: 0.8}")
     path = "speculative.stale_kv.sensitivity_per_slot"
     truth = with_values(base, {path: 1.0})
     pd = result_of(truth, "pd")

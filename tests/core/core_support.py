@@ -122,11 +122,15 @@ def excess_stale_by_token_identity(prompt_tokens: int, backoff: int, num_modules
 
 
 def stale_counts(slots: dict[tuple[int, int], tuple[str, int]], num_modules: int,
-                 guesses_right: bool) -> np.ndarray:
-    """Stale-slot count per module when every guess is right (or every guess is wrong)."""
+                 guesses_right: bool, drafts_right: bool = False) -> np.ndarray:
+    """Stale-slot count per module when every guess (of a real prompt token) and every
+    draft (of an output token) P made is right, or every one is wrong. A slot computed
+    through a wrong token is stale; P's guesses of prompt tokens come before its drafts
+    in the chain, so a draft slot of a truncated P is also stale when its guesses were."""
     out = np.zeros(max(1, num_modules))
     for (m, _pos), (cause, _k) in slots.items():
-        if cause == "draft" or not guesses_right:
+        right = guesses_right if cause == "guess" else drafts_right and guesses_right
+        if not right:
             out[m] += 1
     return out
 

@@ -275,10 +275,15 @@ def test_after_fix_pd_acceptance_equals_colocated() -> None:
 
 
 def test_before_fix_multi_module_mtp_collapses() -> None:
-    before = _pd_vs_colocated("off", 1.0)["pd"].summary["acceptance_length"]
-    assert before < 1.3
-    # the residual guesses are irrelevant before the fix: the drafts alone sink it
-    assert _pd_vs_colocated("off", 0.0)["pd"].summary["acceptance_length"] < 1.3
+    """Inkling's rates, N = 8: P's wrong drafts and the garbage re-prefills they cause
+    sink acceptance to a third of standalone's. Not to 1.089 as measured: the requests
+    whose drafts P got right and that reject little early stay clean (docs/mtp-model.md)."""
+    runs = _pd_vs_colocated("off", 1.0)
+    before = runs["pd"].summary["acceptance_length"]
+    assert before < 1.5
+    assert before < runs["colocated"].summary["acceptance_length"] / 3
+    # the residual guesses are irrelevant before the fix: P saw the whole prompt
+    assert _pd_vs_colocated("off", 0.0)["pd"].summary["acceptance_length"] == before
 
 
 def test_residual_guess_accuracy_orders_acceptance_after_fix() -> None:

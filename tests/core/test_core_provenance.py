@@ -146,19 +146,27 @@ def test_excess_profile_is_independent_of_long_prompt_length(
 def test_stale_plan_weighs_each_excess_slot(n: int, mamba: bool, auto: bool, L: int,
                                             decay: float | None, accuracy: float) -> None:
     """The per-request plan the engine applies: one entry per excess slot, in order, with
-    its module, its weight (1, or decayed with its distance) and, for guesses only, the
-    chance the guess was right."""
+    its module, its weight (1, or decayed with its distance) and how many of P's guesses
+    of real tokens and of its drafts must have been right for the slot to be exact: the
+    slot consumed token L_seen + k through the chain, so guesses 0..min(k, backoff) (when
+    P was truncated) and drafts 1..(k - backoff)."""
     b = min(reference_backoff(n if n > 1 else 1, mamba, auto), L - 1)
     d_local = max(b, 1)
     rows = excess_profile(b, d_local, n, L)
-    plan = stale_plan(b, d_local, n, L, decay, accuracy)
+    plan = stale_plan(b, d_local, n, L, decay)
     assert len(plan.slots) == len(rows)
-    assert plan.num_guesses == sum(1 for r in rows if r[2] is GUESS)
-    for (m, dist, cause, k), (pm, weight, right_p) in zip(rows, plan.slots, strict=True):
+    for (m, dist, cause, k), (pm, weight, guesses, drafts) in zip(rows, plan.slots,
+                                                                  strict=True):
         assert pm == m
         assert weight == (1.0 if decay is None else pytest.approx(
             2.718281828459045 ** (-(dist - 1) / decay)))
-        assert right_p == (accuracy ** (k + 1) if cause is GUESS else None)
+        if cause is GUESS:
+            assert (guesses, drafts) == (k + 1, 0)
+        else:
+            assert drafts == k - b >= 1
+            assert guesses == (b + 1 if b else 0)
+    assert plan.max_guesses == max((g for _, _, g, _ in plan.slots), default=0)
+    assert plan.max_drafts == max((d for *_, d in plan.slots), default=0)
 
 
 
@@ -171,6 +179,8 @@ def _sim_config(*, L: int, n: int, block_size: int, chunk: int, mamba: bool, pus
     d["model"]["layer_groups"] = [ATTENTION, MAMBA] if mamba else [ATTENTION]
     d["speculative"]["num_speculative_tokens"] = n
     d["speculative"]["stale_kv"] = {"residual_guess_accuracy": accuracy}
+    # P's drafts are right exactly as often as its guesses: all or none
+    d["speculative"]["acceptance"] = {"kind": "constant", "rate": accuracy}
     seqs = 4
     lookahead = n if n > 1 else 1
     budgets = {"prefill": max(chunk, lookahead), "decode": seqs * (1 + n) + chunk,
@@ -232,7 +242,8 @@ def test_d_stale_state_after_first_step(decode_entries: list[Any], L: int, n: in
         if req.p_preemptions:
             assert req.p_prompt_tokens == (L - b if b < L else L)
     slots = excess_stale_by_token_identity(L, b, modules)
-    want = stale_counts(slots, modules, guesses_right=accuracy == 1.0)
+    want = stale_counts(slots, modules, guesses_right=accuracy == 1.0,
+                        drafts_right=accuracy == 1.0)
     residual = stale_counts({k: v for k, v in slots.items() if v[0] == "guess"}, modules,
                             guesses_right=False)
     assert len(decode_entries) == 5  # no request was preempted on D

@@ -40,8 +40,9 @@ def test_table_shape_and_point_files(reference: tuple[Path, list[dict[str, Any]]
     assert all(r["completed"] == 120 for r in rows)
     # paired streams: the same requests at every point of one rate
     assert rows[0]["total_input_tokens"] == rows[1]["total_input_tokens"]
-    # the fix raises acceptance under P/D
-    assert rows[1]["acceptance_length"] > rows[0]["acceptance_length"]
+    # the backoff point recomputes N - 1 = 2 prompt tokens per request on D
+    assert rows[0]["tokens_recomputed_on_d"] == 0
+    assert rows[1]["tokens_recomputed_on_d"] == 2 * 120
     csv = (out / "sweep.csv").read_text().splitlines()
     assert len(csv) == 5 and csv[0].startswith(
         "point,point_id,workload.arrivals.rate_per_s,connector.prefill_backoff,seed,")
