@@ -53,7 +53,7 @@ def splits_table(splits: list[Any], title: str) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    from pdsim.cli import console, err_console, user_errors
+    from pdsim.commands._shared import console, err_console, user_errors
 
     @app.command()
     @user_errors

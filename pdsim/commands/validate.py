@@ -5,7 +5,7 @@ Exit codes: 0 every checked metric is within ``--tolerance``; 1 at least one is 
 """
 
 # No ``from __future__ import annotations``: typer evaluates the command's annotations in
-# this module's globals, and the option types come from pdsim.cli inside ``register``.
+# this module's globals, and the option types come from pdsim.commands._options.
 import math
 import sys
 from pathlib import Path
@@ -70,7 +70,7 @@ def validation_table(rep: "ValidationReport", tolerance: float | None,
 
 def register(app: typer.Typer) -> None:
     """Add ``pdsim validate`` to ``app``."""
-    from pdsim.cli import console, user_errors
+    from pdsim.commands._shared import console, user_errors
 
     @app.command()
     @user_errors
