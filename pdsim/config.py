@@ -18,6 +18,7 @@ from pdsim._model import StrictModel
 from pdsim.errors import ConfigError
 from pdsim.faults import FaultsConfig
 from pdsim.perf.config import SimpleStepTimeConfig, StepTimeConfig
+from pdsim.policies import ROUTERS
 from pdsim.workload.config import WorkloadConfig
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -316,6 +317,20 @@ class SimConfig(StrictModel):
         return 0
 
     @property
+    def prefill_backoff_tokens(self) -> int:
+        """Trailing prompt tokens P leaves for D to recompute (the connector's
+        ``_prefill_backoff()``; PR #55055).
+
+        ``connector.prefill_backoff: auto`` (after the fix): ``max(1 if Mamba else 0,
+        lookahead - 1)``. ``off`` (before it): only Mamba backs off, by one token, because a
+        recurrent state cannot be rewound.
+        """
+        mamba = 1 if self.model.has_mamba else 0
+        if self.connector.prefill_backoff != "auto":
+            return mamba
+        return max(mamba, self.num_prefill_lookahead_tokens - 1)
+
+    @property
     def extra_retained_tokens(self) -> int:
         """Extra tokens sliding-window groups keep (not attended) for drafter re-prefill."""
         return max(0, self.num_prefill_lookahead_tokens - 1)
@@ -469,11 +484,9 @@ class SimConfig(StrictModel):
                     and role is not Role.DECODE):
                 issues.append((f"{path}.scheduler.max_num_batched_tokens",
                                "without chunked prefill it must be >= model.max_model_len"))
-        from pdsim.engine.router import ROUTERS
-
         if self.router.policy not in ROUTERS:
             issues.append(("router.policy", f"unknown policy {self.router.policy!r}; "
-                           f"allowed: {', '.join(sorted(ROUTERS))}"))
+                           f"allowed: {', '.join(ROUTERS)}"))
         names = {f"{role.value[0].upper()}{i}" for role, g in c.groups() for i in range(g.count)}
         for i, o in enumerate(self.faults.instance_outages):
             if o.instance not in names:

@@ -202,12 +202,10 @@ def dump_config(cfg: SimConfig) -> str:
 
 def derived_values(cfg: SimConfig) -> dict[str, Any]:
     """The config's derived values, for ``show-config`` and results."""
-    from pdsim.engine.connector import prefill_backoff
-
     out: dict[str, Any] = {
         "use_multi_module_mtp": cfg.use_multi_module_mtp,
         "num_prefill_lookahead_tokens": cfg.num_prefill_lookahead_tokens,
-        "prefill_backoff_tokens": prefill_backoff(cfg),
+        "prefill_backoff_tokens": cfg.prefill_backoff_tokens,
         "num_drafter_modules": cfg.num_drafter_modules,
         "kv_bytes_per_token": cfg.kv_bytes_per_token,
         "has_mamba": cfg.model.has_mamba,
