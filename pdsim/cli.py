@@ -65,7 +65,7 @@ def run(
     if json_:
         from pdsim.output import to_json
 
-        sys.stdout.write(to_json(res.summary))
+        sys.stdout.write(to_json(res.summary.as_dict()))
     else:
         title = f"pdsim: {cfg.name}" + (" (PARTIAL: interrupted)" if res.partial else "")
         console.print(summary_table(res.summary, title=title))

@@ -75,7 +75,7 @@ class Comparison:
         return {
             "headline": self.headline(),
             "table": self.table(),
-            "summaries": {k: v.summary for k, v in self.variants.items()},
+            "summaries": {k: v.summary.as_dict() for k, v in self.variants.items()},
         }
 
 

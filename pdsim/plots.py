@@ -79,7 +79,7 @@ class RunData:
 
 def run_data(res: Results, name: str | None = None) -> RunData:
     """A ``Results`` reduced to what the plots read (``timeseries(res)`` included)."""
-    return RunData(name or res.config.name, res.summary, _request_columns(res.records),
+    return RunData(name or res.config.name, res.summary.as_dict(), _request_columns(res.records),
                    timeseries(res))
 
 
@@ -385,11 +385,11 @@ def _summaries(data: Any) -> dict[str, dict[str, Any]]:
     from pdsim.compare import Comparison
 
     if isinstance(data, Comparison):
-        return {k: v.summary for k, v in data.variants.items()}
+        return {k: v.summary.as_dict() for k, v in data.variants.items()}
     if isinstance(data, Mapping) and "summaries" in data:
         return dict(data["summaries"])
     if isinstance(data, Mapping):
-        return {k: (dict(v) if isinstance(v, Mapping) else v.summary)
+        return {k: (dict(v) if isinstance(v, Mapping) else v.summary.as_dict())
                 for k, v in data.items()}
     raise TypeError(f"cannot compare a {type(data).__name__}")
 

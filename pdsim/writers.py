@@ -33,7 +33,7 @@ def summary_document(res: Results) -> dict[str, object]:
         "seed": res.config.seed,
         "partial": res.partial,
         "derived": derived_values(res.config),
-        "summary": res.summary,
+        "summary": res.summary.as_dict(),
     }
 
 

@@ -181,17 +181,17 @@ def run_bench_result(res: Results) -> dict[str, object]:
         row["itls_s"] = res.request_itls_s(r["request_id"]).tolist()
         records.append(row)
     s = res.summary
+    sd = s.spec_decode
     spec = None
-    if s["num_drafts"]:
-        spec = AcceptanceStats(s["num_drafts"], s["num_draft_tokens"],
-                               s["num_accepted_tokens"],
-                               tuple(s["num_accepted_tokens_per_pos"]), source="pdsim")
-    if not s["duration_s"] > 0:
+    if sd.num_drafts:
+        spec = AcceptanceStats(sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens,
+                               sd.num_accepted_tokens_per_pos, source="pdsim")
+    if not s.duration_s > 0:
         return {}
-    summary = {"duration_s": s["duration_s"], "num_requests": s["num_requests"],
-               "completed": s["completed"]}
+    summary = {"duration_s": s.duration_s, "num_requests": s.num_requests,
+               "completed": s.completed}
     meta: dict[str, object] = {"backend": "pdsim", "model_id": res.config.model.name,
-                               "num_prompts": s["num_requests"]}
+                               "num_prompts": s.num_requests}
     wl = res.config.workload
     arr = wl.arrivals
     if wl.trace is None or arr.kind == "closed_loop":
