@@ -1,4 +1,8 @@
-"""The simulation config: frozen, strict pydantic models, loaded from YAML.
+"""The simulation config's root, ``SimConfig``: frozen, strict pydantic, loaded from YAML.
+
+Its sections (model, speculation, cluster, connector, router, SLOs) are defined in
+``pdsim.config_sections`` and re-exported here; the workload, step-time and fault sections
+live with their subsystems.
 
 Derived values (``num_prefill_lookahead_tokens`` above all) are properties of the root
 config, computed here and nowhere else: the scheduler, the connector and the drafter state
@@ -7,272 +11,54 @@ all read them, none derives them on its own (the contract vLLM PR #55055 introdu
 
 from __future__ import annotations
 
-import enum
 import math
-from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
 from pdsim._model import StrictModel
+from pdsim.config_sections import (
+    EAGLE_FAMILY,
+    ClusterConfig,
+    ConditionalAcceptance,
+    ConnectorConfig,
+    ConstantAcceptance,
+    InstanceGroupConfig,
+    LayerGroup,
+    ModelConfig,
+    NonNegInt,
+    PerPositionAcceptance,
+    Role,
+    RouterConfig,
+    SchedulerConfig,
+    SLOConfig,
+    SpeculativeConfig,
+    StaleKVConfig,
+)
 from pdsim.errors import ConfigError
 from pdsim.faults import FaultsConfig
 from pdsim.perf.config import SimpleStepTimeConfig, StepTimeConfig
 from pdsim.policies import ROUTERS
 from pdsim.workload.config import WorkloadConfig
 
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-Probability = Annotated[float, Field(ge=0, le=1)]
-
-
-class Role(enum.Enum):
-    """What an instance does: prefill only (P), decode only (D), or both (colocated)."""
-
-    PREFILL = "prefill"
-    DECODE = "decode"
-    COLOCATED = "colocated"
-
-
-# --------------------------------------------------------------------------- model
-
-
-class LayerGroup(StrictModel):
-    """Layers that share one KV layout.
-
-    ``attention``: full attention, ``kv_bytes_per_token_per_layer`` bytes per token.
-    ``sliding_window``: attends the last ``window_tokens`` tokens only.
-    ``mamba``: a recurrent state of ``state_bytes_per_layer`` per request (no per-token KV).
-    """
-
-    kind: Literal["attention", "sliding_window", "mamba"] = "attention"
-    num_layers: PositiveInt
-    kv_bytes_per_token_per_layer: NonNegInt = 0
-    window_tokens: PositiveInt | None = None
-    state_bytes_per_layer: NonNegInt = 0
-
-    @model_validator(mode="after")
-    def _check(self) -> LayerGroup:
-        if self.kind == "sliding_window" and self.window_tokens is None:
-            raise ValueError("a sliding_window group needs window_tokens")
-        if self.kind != "sliding_window" and self.window_tokens is not None:
-            raise ValueError("window_tokens applies to sliding_window groups only")
-        if self.kind == "mamba" and self.kv_bytes_per_token_per_layer:
-            raise ValueError("a mamba group has no per-token KV; use state_bytes_per_layer")
-        return self
-
-
-class ModelConfig(StrictModel):
-    """The served model, as far as KV layout and drafting are concerned.
-
-    ``profile`` names a shipped model profile (``pdsim profile`` lists them); the loader
-    fills every field the YAML leaves out from that profile's architecture.
-    """
-
-    name: str = "custom"
-    profile: str | None = None
-    layer_groups: tuple[LayerGroup, ...] = (
-        LayerGroup(num_layers=61, kv_bytes_per_token_per_layer=1152),
-    )
-    num_mtp_modules: NonNegInt = 0
-    mtp_kv_bytes_per_token_per_module: NonNegInt = 1152
-    max_model_len: PositiveInt = 131072
-
-    @property
-    def has_mamba(self) -> bool:
-        return any(g.kind == "mamba" for g in self.layer_groups)
-
-    @property
-    def target_kv_bytes_per_token(self) -> int:
-        """KV bytes one token occupies across the target's attention layers."""
-        return sum(g.num_layers * g.kv_bytes_per_token_per_layer for g in self.layer_groups
-                   if g.kind != "mamba")
-
-    @property
-    def mamba_state_bytes(self) -> int:
-        """Recurrent-state bytes of one request across all mamba layers."""
-        return sum(g.num_layers * g.state_bytes_per_layer for g in self.layer_groups
-                   if g.kind == "mamba")
-
-
-# --------------------------------------------------------------------- speculation
-
-
-class PerPositionAcceptance(StrictModel):
-    """vLLM's per-position rates: ``rates[i]`` = P(the first i+1 drafts are accepted)."""
-
-    kind: Literal["per_position"] = "per_position"
-    rates: tuple[Probability, ...]
-
-    @model_validator(mode="after")
-    def _monotone(self) -> PerPositionAcceptance:
-        if any(b > a + 1e-12 for a, b in zip(self.rates, self.rates[1:], strict=False)):
-            raise ValueError("per-position rates must be non-increasing (P(first i+1 accepted))")
-        return self
-
-    def conditional(self, n: int) -> np.ndarray:
-        r = np.asarray(self.rates[:n], dtype=np.float64)
-        prev = np.concatenate(([1.0], r[:-1]))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            c = np.where(prev > 0, r / np.where(prev > 0, prev, 1.0), 0.0)
-        return np.clip(c, 0.0, 1.0)
-
-
-class ConditionalAcceptance(StrictModel):
-    """``rates[i]`` = P(draft i accepted | drafts 0..i-1 accepted)."""
-
-    kind: Literal["conditional"] = "conditional"
-    rates: tuple[Probability, ...]
-
-    def conditional(self, n: int) -> np.ndarray:
-        return np.asarray(self.rates[:n], dtype=np.float64)
-
-
-class ConstantAcceptance(StrictModel):
-    """Every draft is accepted with probability ``rate`` given its predecessors were."""
-
-    kind: Literal["constant"] = "constant"
-    rate: Probability
-
-    def conditional(self, n: int) -> np.ndarray:
-        return np.full(n, self.rate, dtype=np.float64)
-
-
-Acceptance = Annotated[
-    PerPositionAcceptance | ConditionalAcceptance | ConstantAcceptance,
-    Field(discriminator="kind"),
+__all__ = [
+    "EAGLE_FAMILY",
+    "ClusterConfig",
+    "ConditionalAcceptance",
+    "ConnectorConfig",
+    "ConstantAcceptance",
+    "InstanceGroupConfig",
+    "LayerGroup",
+    "ModelConfig",
+    "PerPositionAcceptance",
+    "Role",
+    "RouterConfig",
+    "SLOConfig",
+    "SchedulerConfig",
+    "SimConfig",
+    "SpeculativeConfig",
+    "StaleKVConfig",
 ]
-
-
-class StaleKVConfig(StrictModel):
-    """How stale MTP KV slots lower a module's acceptance (fitted defaults, see README).
-
-    A module whose KV holds stale slots (computed from a wrong token) drafts worse: its
-    conditional acceptance is multiplied by ``exp(-sensitivity_per_slot * S)``, where S sums
-    ``exp(-(d - 1) / decay_tokens)`` over its stale slots at distance d from the decode
-    front (no decay when ``decay_tokens`` is null). ``residual_guess_accuracy`` is the
-    probability that P's guess of the first token past its truncated prompt end is right;
-    guess k past the end is right with probability ``residual_guess_accuracy ** (k + 1)``.
-    """
-
-    sensitivity_per_slot: NonNegFloat = 1.994
-    decay_tokens: PositiveFloat | None = None
-    residual_guess_accuracy: Probability = 0.9882
-
-
-SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp"]
-EAGLE_FAMILY: frozenset[str] = frozenset({"eagle", "eagle3", "mtp"})
-
-
-class SpeculativeConfig(StrictModel):
-    """Speculative decoding: which drafter, how many drafts per step, how often accepted."""
-
-    method: SpecMethod = "none"
-    num_speculative_tokens: NonNegInt = 0
-    acceptance: Acceptance = ConstantAcceptance(rate=0.0)
-    stale_kv: StaleKVConfig = StaleKVConfig()
-
-    @model_validator(mode="after")
-    def _check(self) -> SpeculativeConfig:
-        if self.method == "none" and self.num_speculative_tokens:
-            raise ValueError("num_speculative_tokens must be 0 when method is none")
-        if self.method != "none" and self.num_speculative_tokens < 1:
-            raise ValueError(f"method {self.method} needs num_speculative_tokens >= 1")
-        rates = getattr(self.acceptance, "rates", None)
-        if rates is not None and len(rates) < self.num_speculative_tokens:
-            raise ValueError(
-                f"acceptance.rates has {len(rates)} entries; num_speculative_tokens is "
-                f"{self.num_speculative_tokens}: give one rate per draft position")
-        return self
-
-    @property
-    def enabled(self) -> bool:
-        return self.method != "none"
-
-
-# ---------------------------------------------------------------------- cluster
-
-
-class SchedulerConfig(StrictModel):
-    """vLLM-v1-style scheduler limits of one instance."""
-
-    max_num_seqs: PositiveInt = 128
-    max_num_batched_tokens: PositiveInt = 8192
-    block_size: PositiveInt = 64
-    num_blocks: PositiveInt | None = None
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: PositiveInt | None = None
-    enable_prefix_caching: bool = False
-
-
-class InstanceGroupConfig(StrictModel):
-    """``count`` identical instances.
-
-    The KV pool is ``scheduler.num_blocks`` when given, else ``kv_cache_gib`` of KV memory
-    divided into blocks, else (``kv_cache_gib: null`` with a roofline step time) what the
-    hardware's memory leaves after the weights.
-    """
-
-    count: NonNegInt = 1
-    scheduler: SchedulerConfig = SchedulerConfig()
-    kv_cache_gib: PositiveFloat | None = None
-
-
-class ClusterConfig(StrictModel):
-    """``disaggregated``: P and D groups; ``colocated``: instances that prefill and decode."""
-
-    mode: Literal["disaggregated", "colocated"] = "disaggregated"
-    prefill: InstanceGroupConfig = InstanceGroupConfig(
-        scheduler=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=8192),
-        kv_cache_gib=40.0)
-    decode: InstanceGroupConfig = InstanceGroupConfig(
-        scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=2048),
-        kv_cache_gib=40.0)
-    colocated: InstanceGroupConfig = InstanceGroupConfig(count=1, kv_cache_gib=40.0)
-
-    def groups(self) -> list[tuple[Role, InstanceGroupConfig]]:
-        """The instance groups this mode runs, in a fixed order."""
-        if self.mode == "colocated":
-            return [(Role.COLOCATED, self.colocated)]
-        return [(Role.PREFILL, self.prefill), (Role.DECODE, self.decode)]
-
-
-class ConnectorConfig(StrictModel):
-    """NIXL-like KV connector between P and D.
-
-    A transfer moves whole blocks: ``setup_latency_s + bytes / bandwidth``, concurrent
-    transfers on one P->D link sharing ``link_bandwidth_gb_per_s`` (GB/s, 1e9 bytes)
-    equally. ``prefill_backoff``: ``auto`` is vLLM after PR #55055 (P truncates
-    ``_prefill_backoff()`` trailing prompt tokens, D recomputes them); ``off`` is before it
-    (only Mamba models back off, by one token). ``transfer_mode``: in ``pull`` D reads P's
-    blocks after a read handshake (``handshake_s``); in ``push`` P writes into the blocks
-    D registered when it admitted the request (no handshake). Either way a transfer starts
-    once D has allocated its blocks, after ``setup_latency_s``.
-    """
-
-    transfer_mode: Literal["pull", "push"] = "pull"
-    link_bandwidth_gb_per_s: PositiveFloat = 7.0
-    setup_latency_s: NonNegFloat = 0.002
-    handshake_s: NonNegFloat = 0.001
-    kv_lease_s: PositiveFloat = 30.0
-    prefill_backoff: Literal["auto", "off"] = "auto"
-    kv_load_failure_policy: Literal["fail", "recompute"] = "recompute"
-
-
-class RouterConfig(StrictModel):
-    """The proxy's policy for picking instances (a registered policy name)."""
-
-    policy: str = "round_robin"
-
-
-class SLOConfig(StrictModel):
-    """Latency targets; a request meets the SLO when both its TTFT and TPOT do."""
-
-    ttft_s: PositiveFloat | None = None
-    tpot_s: PositiveFloat | None = None
-    percentile: Annotated[float, Field(gt=0, le=100)] = 90.0
 
 
 # ------------------------------------------------------------------------- root
