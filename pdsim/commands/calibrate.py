@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from pdsim.commands._formats import format_error, format_value
 from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
-from pdsim.commands.validate import format_error, format_value
 
 if TYPE_CHECKING:
     from pdsim.realdata.calibrate import CalibrationReport
