@@ -129,13 +129,14 @@ def run_trial(cfg: SimConfig, rate_per_s: float,
 
     tcfg = trial_config(cfg, rate_per_s, min_requests)
     s = simulate(tcfg).summary
-    trial = Trial(rate_per_s=rate_per_s, num_requests=s["num_requests"],
-                  slo_met=bool(s["slo_met"]),
-                  slo_ttft_percentile_s=s["slo_ttft_percentile_s"],
-                  slo_tpot_percentile_s=s["slo_tpot_percentile_s"],
-                  slo_attainment=s["slo_attainment"], goodput_req_s=s["goodput_req_s"],
-                  output_throughput_tok_s=s["output_throughput_tok_s"],
-                  completed=s["completed"])
+    slo = s.slo
+    assert slo is not None  # trial_config keeps cfg's SLO, which the search requires
+    trial = Trial(rate_per_s=rate_per_s, num_requests=s.num_requests, slo_met=slo.met,
+                  slo_ttft_percentile_s=slo.ttft_percentile_s,
+                  slo_tpot_percentile_s=slo.tpot_percentile_s,
+                  slo_attainment=slo.attainment, goodput_req_s=slo.goodput_req_s,
+                  output_throughput_tok_s=s.output_throughput_tok_s,
+                  completed=s.completed)
     return trial, s
 
 
