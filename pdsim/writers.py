@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pdsim._version import __version__
 from pdsim.loader import derived_values, dump_config
 from pdsim.output import records_csv, write_atomic, write_json, write_parquet
 from pdsim.realdata.bench_synthesis import run_bench_result
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
 
 def summary_document(res: Results) -> dict[str, object]:
     """What ``summary.json`` holds."""
-    from pdsim import __version__
-
     return {
         "pdsim_version": __version__,
         "name": res.config.name,

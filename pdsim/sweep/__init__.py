@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from pdsim._version import __version__
 from pdsim.config import SimConfig
 from pdsim.errors import ConfigError
 from pdsim.sweep.backends import SUMMARY_FILE, SweepError, Task, run_dask, run_local, run_point
@@ -124,8 +125,6 @@ class Sweep:
             if out_dir is not None:
                 pdir = self.point_dir(out_dir, point)
                 pdir.mkdir(parents=True, exist_ok=True)
-                from pdsim import __version__
-
                 write_json(pdir / POINT_FILE, {"point_id": point.point_id,
                                                "pdsim_version": __version__,
                                                "params": point.params})

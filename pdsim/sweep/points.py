@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pdsim._version import __version__
 from pdsim.config import SimConfig
 from pdsim.errors import ConfigError
 from pdsim.loader import config_from_dict
@@ -55,8 +56,6 @@ class SweepPoint:
 
 def point_id(cfg: SimConfig) -> str:
     """16 hex digits of sha256 over the resolved config, the pdsim version and the seed."""
-    from pdsim import __version__
-
     doc = {"config": cfg.model_dump(mode="json"), "pdsim_version": __version__,
            "seed": cfg.seed}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
