@@ -8,13 +8,12 @@ Typical use::
     res.summary["acceptance_length"], res.to_pandas()
 """
 
+from pdsim._version import __version__
 from pdsim.config import SimConfig
 from pdsim.errors import ConfigError, InputFileError, PdsimError
 from pdsim.loader import dump_config, load_config
 from pdsim.results import Results
 from pdsim.simulation import Simulation, simulate
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ConfigError", "InputFileError", "PdsimError", "Results", "SimConfig", "Simulation",

@@ -6,61 +6,27 @@ with exit code 2 and no traceback.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
+from pdsim.commands._shared import (
+    console,
+    err_console,
+    load,
+    simulation_progress,
+    user_errors,
+)
 from pdsim.errors import PdsimError
+
+__all__ = ["app", "console", "err_console", "main", "user_errors"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="pdsim: simulate P/D disaggregated LLM serving with MTP speculation.")
-console = Console(width=None if sys.stdout.isatty() else 120)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-
-def user_errors(fn: F) -> F:
-    """Turn pdsim's user-facing errors into ``error: ...`` and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except PdsimError as exc:
-            for line in str(exc).splitlines() or ["unknown error"]:
-                err_console.print(f"error: {line}", markup=False, highlight=False,
-                                  soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _progress() -> tuple[Progress, Callable[[int, int], None]]:
-    prog = Progress(TextColumn("[bold]simulating"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err_console, transient=True,
-                    disable=not err_console.is_terminal)
-    task = prog.add_task("sim", total=None)
-
-    def update(done: int, total: int) -> None:
-        prog.update(task, completed=done, total=total)
-
-    return prog, update
-
-
-def _load(config: Path, overrides: list[str] | None, seed: int | None = None) -> Any:
-    from pdsim.loader import load_config
-
-    return load_config(config, overrides or [], seed=seed)
 
 
 @app.command()
@@ -81,9 +47,9 @@ def run(
     from pdsim.results import build_results
     from pdsim.simulation import Simulation
 
-    cfg = _load(config, set_, seed)
+    cfg = load(config, set_, seed)
     sim = Simulation(cfg)
-    prog, update = _progress()
+    prog, update = simulation_progress()
     interrupted = False
     with prog:
         try:
@@ -99,7 +65,7 @@ def run(
     if json_:
         from pdsim.output import to_json
 
-        sys.stdout.write(to_json(res.summary))
+        sys.stdout.write(to_json(res.summary.as_dict()))
     else:
         title = f"pdsim: {cfg.name}" + (" (PARTIAL: interrupted)" if res.partial else "")
         console.print(summary_table(res.summary, title=title))
@@ -124,8 +90,8 @@ def compare(
     from pdsim.compare import compare as run_compare
     from pdsim.report import comparison_table
 
-    cfg = _load(config, set_, seed)
-    prog, update = _progress()
+    cfg = load(config, set_, seed)
+    prog, update = simulation_progress()
     with prog:
         cmp = run_compare(cfg, colocated=colocated, progress=update)
     console.print(comparison_table(cmp, title=f"{cfg.name}: P/D before vs after the fix"))
@@ -153,7 +119,7 @@ def show_config(config: ConfigArg, set_: SetOpt = None, seed: SeedOpt = None) ->
     """Print the resolved config and its derived values."""
     from pdsim.loader import derived_values, dump_config
 
-    cfg = _load(config, set_, seed)
+    cfg = load(config, set_, seed)
     sys.stdout.write(dump_config(cfg))
     sys.stdout.write("# derived values\n")
     for k, v in derived_values(cfg).items():

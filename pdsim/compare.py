@@ -62,20 +62,20 @@ class Comparison:
         before = self.variants["pd_before_fix"].summary
         after = self.variants["pd_after_fix"].summary
         return {
-            "acceptance_rate_change_points": (after["acceptance_rate"]
-                                              - before["acceptance_rate"]) * 100.0,
-            "output_throughput_change_pct": (after["output_throughput_tok_s"]
-                                             / before["output_throughput_tok_s"] - 1) * 100,
-            "tpot_change_pct": (after["mean_tpot_s"] / before["mean_tpot_s"] - 1) * 100,
-            "acceptance_length_before": before["acceptance_length"],
-            "acceptance_length_after": after["acceptance_length"],
+            "acceptance_rate_change_points": (after.spec_decode.acceptance_rate
+                                              - before.spec_decode.acceptance_rate) * 100.0,
+            "output_throughput_change_pct": (after.output_throughput_tok_s
+                                             / before.output_throughput_tok_s - 1) * 100,
+            "tpot_change_pct": (after.tpot.mean_s / before.tpot.mean_s - 1) * 100,
+            "acceptance_length_before": before.spec_decode.acceptance_length,
+            "acceptance_length_after": after.spec_decode.acceptance_length,
         }
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "headline": self.headline(),
             "table": self.table(),
-            "summaries": {k: v.summary for k, v in self.variants.items()},
+            "summaries": {k: v.summary.as_dict() for k, v in self.variants.items()},
         }
 
 

@@ -1,4 +1,8 @@
-"""The simulation config: frozen, strict pydantic models, loaded from YAML.
+"""The simulation config's root, ``SimConfig``: frozen, strict pydantic, loaded from YAML.
+
+Its sections (model, speculation, cluster, connector, router, SLOs) are defined in
+``pdsim.config_sections`` and re-exported here; the workload, step-time and fault sections
+live with their subsystems.
 
 Derived values (``num_prefill_lookahead_tokens`` above all) are properties of the root
 config, computed here and nowhere else: the scheduler, the connector and the drafter state
@@ -7,304 +11,55 @@ all read them, none derives them on its own (the contract vLLM PR #55055 introdu
 
 from __future__ import annotations
 
-import enum
 import math
-from typing import Annotated, Literal, NamedTuple
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
 from pdsim._model import StrictModel
+from pdsim.config_sections import (
+    EAGLE_FAMILY,
+    STALE_KV_FIT,
+    ClusterConfig,
+    ConditionalAcceptance,
+    ConnectorConfig,
+    ConstantAcceptance,
+    InstanceGroupConfig,
+    LayerGroup,
+    ModelConfig,
+    NonNegInt,
+    PerPositionAcceptance,
+    Role,
+    RouterConfig,
+    SchedulerConfig,
+    SLOConfig,
+    SpeculativeConfig,
+    StaleKVConfig,
+)
 from pdsim.errors import ConfigError
 from pdsim.faults import FaultsConfig
 from pdsim.perf.config import SimpleStepTimeConfig, StepTimeConfig
+from pdsim.policies import ROUTERS
 from pdsim.workload.config import WorkloadConfig
 
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-Probability = Annotated[float, Field(ge=0, le=1)]
-
-
-class Role(enum.Enum):
-    """What an instance does: prefill only (P), decode only (D), or both (colocated)."""
-
-    PREFILL = "prefill"
-    DECODE = "decode"
-    COLOCATED = "colocated"
-
-
-# --------------------------------------------------------------------------- model
-
-
-class LayerGroup(StrictModel):
-    """Layers that share one KV layout.
-
-    ``attention``: full attention, ``kv_bytes_per_token_per_layer`` bytes per token.
-    ``sliding_window``: attends the last ``window_tokens`` tokens only.
-    ``mamba``: a recurrent state of ``state_bytes_per_layer`` per request (no per-token KV).
-    """
-
-    kind: Literal["attention", "sliding_window", "mamba"] = "attention"
-    num_layers: PositiveInt
-    kv_bytes_per_token_per_layer: NonNegInt = 0
-    window_tokens: PositiveInt | None = None
-    state_bytes_per_layer: NonNegInt = 0
-
-    @model_validator(mode="after")
-    def _check(self) -> LayerGroup:
-        if self.kind == "sliding_window" and self.window_tokens is None:
-            raise ValueError("a sliding_window group needs window_tokens")
-        if self.kind != "sliding_window" and self.window_tokens is not None:
-            raise ValueError("window_tokens applies to sliding_window groups only")
-        if self.kind == "mamba" and self.kv_bytes_per_token_per_layer:
-            raise ValueError("a mamba group has no per-token KV; use state_bytes_per_layer")
-        return self
-
-
-class ModelConfig(StrictModel):
-    """The served model, as far as KV layout and drafting are concerned.
-
-    ``profile`` names a shipped model profile (``pdsim profile`` lists them); the loader
-    fills every field the YAML leaves out from that profile's architecture.
-    """
-
-    name: str = "custom"
-    profile: str | None = None
-    layer_groups: tuple[LayerGroup, ...] = (
-        LayerGroup(num_layers=61, kv_bytes_per_token_per_layer=1152),
-    )
-    num_mtp_modules: NonNegInt = 0
-    mtp_kv_bytes_per_token_per_module: NonNegInt = 1152
-    max_model_len: PositiveInt = 131072
-
-    @property
-    def has_mamba(self) -> bool:
-        return any(g.kind == "mamba" for g in self.layer_groups)
-
-    @property
-    def target_kv_bytes_per_token(self) -> int:
-        """KV bytes one token occupies across the target's attention layers."""
-        return sum(g.num_layers * g.kv_bytes_per_token_per_layer for g in self.layer_groups
-                   if g.kind != "mamba")
-
-    @property
-    def mamba_state_bytes(self) -> int:
-        """Recurrent-state bytes of one request across all mamba layers."""
-        return sum(g.num_layers * g.state_bytes_per_layer for g in self.layer_groups
-                   if g.kind == "mamba")
-
-
-# --------------------------------------------------------------------- speculation
-
-
-class PerPositionAcceptance(StrictModel):
-    """vLLM's per-position rates: ``rates[i]`` = P(the first i+1 drafts are accepted)."""
-
-    kind: Literal["per_position"] = "per_position"
-    rates: tuple[Probability, ...]
-
-    @model_validator(mode="after")
-    def _monotone(self) -> PerPositionAcceptance:
-        if any(b > a + 1e-12 for a, b in zip(self.rates, self.rates[1:], strict=False)):
-            raise ValueError("per-position rates must be non-increasing (P(first i+1 accepted))")
-        return self
-
-    def conditional(self, n: int) -> np.ndarray:
-        r = np.asarray(self.rates[:n], dtype=np.float64)
-        prev = np.concatenate(([1.0], r[:-1]))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            c = np.where(prev > 0, r / np.where(prev > 0, prev, 1.0), 0.0)
-        return np.clip(c, 0.0, 1.0)
-
-
-class ConditionalAcceptance(StrictModel):
-    """``rates[i]`` = P(draft i accepted | drafts 0..i-1 accepted)."""
-
-    kind: Literal["conditional"] = "conditional"
-    rates: tuple[Probability, ...]
-
-    def conditional(self, n: int) -> np.ndarray:
-        return np.asarray(self.rates[:n], dtype=np.float64)
-
-
-class ConstantAcceptance(StrictModel):
-    """Every draft is accepted with probability ``rate`` given its predecessors were."""
-
-    kind: Literal["constant"] = "constant"
-    rate: Probability
-
-    def conditional(self, n: int) -> np.ndarray:
-        return np.full(n, self.rate, dtype=np.float64)
-
-
-Acceptance = Annotated[
-    PerPositionAcceptance | ConditionalAcceptance | ConstantAcceptance,
-    Field(discriminator="kind"),
+__all__ = [
+    "EAGLE_FAMILY",
+    "ClusterConfig",
+    "ConditionalAcceptance",
+    "ConnectorConfig",
+    "ConstantAcceptance",
+    "InstanceGroupConfig",
+    "LayerGroup",
+    "ModelConfig",
+    "PerPositionAcceptance",
+    "Role",
+    "RouterConfig",
+    "SLOConfig",
+    "SchedulerConfig",
+    "SimConfig",
+    "SpeculativeConfig",
+    "StaleKVConfig",
 ]
-
-
-class StaleKVConfig(StrictModel):
-    """How stale MTP KV slots lower a module's acceptance (defaults fitted, docs/mtp-model.md).
-
-    A module whose KV holds stale slots (computed from a wrong token) drafts worse: its
-    conditional acceptance is multiplied by ``exp(-sensitivity_per_slot * S)``, where S sums
-    ``exp(-(d - 1) / decay_tokens)`` over its stale slots at distance d from the decode
-    front (no decay when ``decay_tokens`` is null). A slot P wrote from its own guesses is
-    stale only when a guess it depends on was wrong: P's drafts of output tokens are right
-    as often as the drafter's clean acceptance says, and its guesses of the real prompt
-    tokens past a truncated prompt end are right in a row with probability
-    ``residual_guess_accuracy`` each.
-
-    The defaults of ``sensitivity_per_slot`` and ``residual_guess_accuracy`` are fitted to
-    Inkling-Small's measurements (``STALE_KV_FIT``); other models inherit them, which
-    ``show-config`` says. The three rules below can be switched off for ablations; two of
-    them are our inference from vLLM's kernels, not stated by PR #55055.
-    """
-
-    sensitivity_per_slot: NonNegFloat = 4.4373
-    decay_tokens: PositiveFloat | None = None
-    residual_guess_accuracy: Probability = 0.9774
-    unverified_draft_slots: bool = Field(True, description=(
-        "P's final chunk leaves slots computed from its unverified drafts in the MTP KV it "
-        "hands to D (the mechanism PR #55055 fixed)."))
-    reprefill_cache_shortfall: bool = Field(True, description=(
-        "Inference from the kernels: D's multi-module re-prefill cache starts with only the "
-        "entries its own final chunk wrote, so a large early rejection re-prefills some "
-        "positions from garbage."))
-    garbage_into_every_module: bool = Field(True, description=(
-        "Inference from the kernels: a re-prefill from garbage writes stale slots into every "
-        "module, module 0 included (False: modules 1..N-1 only)."))
-
-
-class StaleKVFit(NamedTuple):
-    """Where the shipped stale-KV defaults come from."""
-
-    model_profile: str
-    sensitivity_per_slot: float
-    residual_guess_accuracy: float
-    source: str
-
-
-STALE_KV_FIT = StaleKVFit(
-    "inkling-small", StaleKVConfig().sensitivity_per_slot,
-    StaleKVConfig().residual_guess_accuracy,
-    "fitted by tools/fit_stale_kv.py to vLLM PR #55055 (Inkling-Small-NVFP4, MTP-8, 1P1D): "
-    "acceptance length 1.089 before the fix, acceptance rate +30.4 points after it")
-
-
-SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp"]
-EAGLE_FAMILY: frozenset[str] = frozenset({"eagle", "eagle3", "mtp"})
-
-
-class SpeculativeConfig(StrictModel):
-    """Speculative decoding: which drafter, how many drafts per step, how often accepted."""
-
-    method: SpecMethod = "none"
-    num_speculative_tokens: NonNegInt = 0
-    acceptance: Acceptance = ConstantAcceptance(rate=0.0)
-    stale_kv: StaleKVConfig = StaleKVConfig()
-
-    @model_validator(mode="after")
-    def _check(self) -> SpeculativeConfig:
-        if self.method == "none" and self.num_speculative_tokens:
-            raise ValueError("num_speculative_tokens must be 0 when method is none")
-        if self.method != "none" and self.num_speculative_tokens < 1:
-            raise ValueError(f"method {self.method} needs num_speculative_tokens >= 1")
-        rates = getattr(self.acceptance, "rates", None)
-        if rates is not None and len(rates) < self.num_speculative_tokens:
-            raise ValueError(
-                f"acceptance.rates has {len(rates)} entries; num_speculative_tokens is "
-                f"{self.num_speculative_tokens}: give one rate per draft position")
-        return self
-
-    @property
-    def enabled(self) -> bool:
-        return self.method != "none"
-
-
-# ---------------------------------------------------------------------- cluster
-
-
-class SchedulerConfig(StrictModel):
-    """vLLM-v1-style scheduler limits of one instance."""
-
-    max_num_seqs: PositiveInt = 128
-    max_num_batched_tokens: PositiveInt = 8192
-    block_size: PositiveInt = 64
-    num_blocks: PositiveInt | None = None
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: PositiveInt | None = None
-    enable_prefix_caching: bool = False
-
-
-class InstanceGroupConfig(StrictModel):
-    """``count`` identical instances.
-
-    The KV pool is ``scheduler.num_blocks`` when given, else ``kv_cache_gib`` of KV memory
-    divided into blocks, else (``kv_cache_gib: null`` with a roofline step time) what the
-    hardware's memory leaves after the weights.
-    """
-
-    count: NonNegInt = 1
-    scheduler: SchedulerConfig = SchedulerConfig()
-    kv_cache_gib: PositiveFloat | None = None
-
-
-class ClusterConfig(StrictModel):
-    """``disaggregated``: P and D groups; ``colocated``: instances that prefill and decode."""
-
-    mode: Literal["disaggregated", "colocated"] = "disaggregated"
-    prefill: InstanceGroupConfig = InstanceGroupConfig(
-        scheduler=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=8192),
-        kv_cache_gib=40.0)
-    decode: InstanceGroupConfig = InstanceGroupConfig(
-        scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=2048),
-        kv_cache_gib=40.0)
-    colocated: InstanceGroupConfig = InstanceGroupConfig(count=1, kv_cache_gib=40.0)
-
-    def groups(self) -> list[tuple[Role, InstanceGroupConfig]]:
-        """The instance groups this mode runs, in a fixed order."""
-        if self.mode == "colocated":
-            return [(Role.COLOCATED, self.colocated)]
-        return [(Role.PREFILL, self.prefill), (Role.DECODE, self.decode)]
-
-
-class ConnectorConfig(StrictModel):
-    """NIXL-like KV connector between P and D.
-
-    A transfer moves whole blocks: ``setup_latency_s + bytes / bandwidth``, concurrent
-    transfers on one P->D link sharing ``link_bandwidth_gb_per_s`` (GB/s, 1e9 bytes)
-    equally. ``prefill_backoff``: ``auto`` is vLLM after PR #55055 (P truncates
-    ``_prefill_backoff()`` trailing prompt tokens, D recomputes them); ``off`` is before it
-    (only Mamba models back off, by one token). ``transfer_mode``: in ``pull`` D reads P's
-    blocks after a read handshake (``handshake_s``); in ``push`` P writes into the blocks
-    D registered when it admitted the request (no handshake). Either way a transfer starts
-    once D has allocated its blocks, after ``setup_latency_s``.
-    """
-
-    transfer_mode: Literal["pull", "push"] = "pull"
-    link_bandwidth_gb_per_s: PositiveFloat = 7.0
-    setup_latency_s: NonNegFloat = 0.002
-    handshake_s: NonNegFloat = 0.001
-    kv_lease_s: PositiveFloat = 30.0
-    prefill_backoff: Literal["auto", "off"] = "auto"
-    kv_load_failure_policy: Literal["fail", "recompute"] = "recompute"
-
-
-class RouterConfig(StrictModel):
-    """The proxy's policy for picking instances (a registered policy name)."""
-
-    policy: str = "round_robin"
-
-
-class SLOConfig(StrictModel):
-    """Latency targets; a request meets the SLO when both its TTFT and TPOT do."""
-
-    ttft_s: PositiveFloat | None = None
-    tpot_s: PositiveFloat | None = None
-    percentile: Annotated[float, Field(gt=0, le=100)] = 90.0
 
 
 # ------------------------------------------------------------------------- root
@@ -347,6 +102,20 @@ class SimConfig(StrictModel):
         if self.speculative.method in EAGLE_FAMILY:
             return 1
         return 0
+
+    @property
+    def prefill_backoff_tokens(self) -> int:
+        """Trailing prompt tokens P leaves for D to recompute (the connector's
+        ``_prefill_backoff()``; PR #55055).
+
+        ``connector.prefill_backoff: auto`` (after the fix): ``max(1 if Mamba else 0,
+        lookahead - 1)``. ``off`` (before it): only Mamba backs off, by one token, because a
+        recurrent state cannot be rewound.
+        """
+        mamba = 1 if self.model.has_mamba else 0
+        if self.connector.prefill_backoff != "auto":
+            return mamba
+        return max(mamba, self.num_prefill_lookahead_tokens - 1)
 
     @property
     def extra_retained_tokens(self) -> int:
@@ -528,11 +297,9 @@ class SimConfig(StrictModel):
                     and role is not Role.DECODE):
                 issues.append((f"{path}.scheduler.max_num_batched_tokens",
                                "without chunked prefill it must be >= model.max_model_len"))
-        from pdsim.engine.router import ROUTERS
-
         if self.router.policy not in ROUTERS:
             issues.append(("router.policy", f"unknown policy {self.router.policy!r}; "
-                           f"allowed: {', '.join(sorted(ROUTERS))}"))
+                           f"allowed: {', '.join(ROUTERS)}"))
         names = {f"{role.value[0].upper()}{i}" for role, g in c.groups() for i in range(g.count)}
         for i, o in enumerate(self.faults.instance_outages):
             if o.instance not in names:

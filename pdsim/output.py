@@ -11,7 +11,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ def _clean(obj: Any) -> Any:
     """JSON-safe: NaN and infinities become null; numpy scalars become Python numbers."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         return {str(k): _clean(v) for k, v in obj.items()}
     if isinstance(obj, Sequence) and not isinstance(obj, str | bytes):
         return [_clean(v) for v in obj]

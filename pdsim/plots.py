@@ -10,12 +10,9 @@ global state or a display, and a notebook shows the figure inline
 
 from __future__ import annotations
 
-import csv
 import io
-import json
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,17 +22,21 @@ from matplotlib.figure import Figure
 
 from pdsim.errors import InputFileError, PdsimError
 from pdsim.output import write_atomic
-from pdsim.timeseries import TimeSeries, bin_edges, read_timeseries, throughput_bins, timeseries
+from pdsim.plot_data import (
+    RunData,
+    as_runs,
+    as_summaries,
+    read_compare_json,
+    read_run_dir,
+    run_data,
+)
+from pdsim.timeseries import bin_edges, throughput_bins
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
     from pdsim.compare import Comparison
     from pdsim.results import Results
-
-#: Per-request columns the latency and throughput plots read.
-REQUEST_COLUMNS = ("status", "arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s",
-                   "e2e_s", "output_tokens")
 
 #: PNG files of one run (``pdsim run --plots``, ``pdsim plot RUN_DIR``).
 RUN_PLOTS = ("latency_cdf.png", "acceptance_per_position.png", "kv_usage.png",
@@ -63,59 +64,6 @@ _CHANGE_METRICS = (
     ("mean_e2e_s", "mean E2E", 1.0, " s", False),
 )
 _DPI = 120
-
-
-@dataclass(frozen=True)
-class RunData:
-    """What the plots need of one run: its summary, and (when known) its per-request
-    columns (``REQUEST_COLUMNS``) and time series. Build it with ``run_data`` or
-    ``read_run_dir``."""
-
-    name: str
-    summary: dict[str, Any]
-    requests: dict[str, np.ndarray] | None = None
-    series: TimeSeries | None = None
-
-
-def run_data(res: Results, name: str | None = None) -> RunData:
-    """A ``Results`` reduced to what the plots read (``timeseries(res)`` included)."""
-    return RunData(name or res.config.name, res.summary, _request_columns(res.records),
-                   timeseries(res))
-
-
-def _request_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    cols: dict[str, np.ndarray] = {
-        "status": np.asarray([str(r["status"]) for r in records], dtype=object)}
-    for k in REQUEST_COLUMNS[1:]:
-        cols[k] = np.asarray([np.nan if r[k] is None else r[k] for r in records],
-                             dtype=np.float64)
-    return cols
-
-
-def _runs(data: Any) -> dict[str, RunData]:
-    """Any accepted input as named runs, in order."""
-    from pdsim.compare import Comparison
-    from pdsim.results import Results
-
-    if isinstance(data, RunData):
-        return {data.name: data}
-    if isinstance(data, Results):
-        return {data.config.name: run_data(data)}
-    if isinstance(data, Comparison):
-        return {k: run_data(v, k) for k, v in data.variants.items()}
-    if isinstance(data, Mapping):
-        out = {}
-        for k, v in data.items():
-            name = str(k)
-            if isinstance(v, RunData):
-                out[name] = v if v.name == name else replace(v, name=name)
-            else:
-                out[name] = run_data(v, name)
-        if not out:
-            raise ValueError("nothing to plot: no runs given")
-        return out
-    raise TypeError(f"cannot plot a {type(data).__name__}: expected Results, Comparison, "
-                    "RunData or a mapping of names to them")
 
 
 def _label(name: str) -> str:
@@ -148,7 +96,7 @@ def _title(runs: Mapping[str, RunData]) -> str:
 
 def latency_cdf_figure(data: Any) -> Figure:
     """CDFs of TTFT, TPOT and E2E latency over finished requests, one line per run."""
-    runs = _runs(data)
+    runs = as_runs(data)
     fig = _figure(13.0, 3.8)
     axes = fig.subplots(1, 3)
     specs = (("ttft_s", "TTFT", 1e3, "ms"), ("tpot_s", "TPOT", 1e3, "ms"),
@@ -186,7 +134,7 @@ def latency_cdf_figure(data: Any) -> Figure:
 def acceptance_figure(data: Any) -> Figure:
     """Per-position acceptance rates (vLLM's definition), bars grouped by position, one
     bar per run; the legend gives each run's acceptance length."""
-    runs = _runs(data)
+    runs = as_runs(data)
     fig = _figure(7.5, 4.5)
     ax = fig.subplots()
     rates = {k: list(r.summary.get("per_position_acceptance_rates") or [])
@@ -251,7 +199,7 @@ def _style_series(ax: Any, ylabel: str, legend: bool = True) -> None:
 
 def kv_usage_figure(data: Any) -> Figure:
     """KV-cache usage (% of each instance's blocks) over time, time-weighted per bin."""
-    runs = _runs(data)
+    runs = as_runs(data)
     fig = _figure(10.0, 4.0)
     ax = fig.subplots()
     if _stairs_by_instance(ax, runs, "kv_usage", 100.0):
@@ -266,7 +214,7 @@ def kv_usage_figure(data: Any) -> Figure:
 def queue_depth_figure(data: Any) -> Figure:
     """Waiting requests, requests receiving KV and the running batch per instance over
     time (time-weighted means per bin)."""
-    runs = _runs(data)
+    runs = as_runs(data)
     fig = _figure(10.0, 7.5)
     axes = fig.subplots(3, 1, sharex=True)
     panels = (("waiting", "waiting (queued)"), ("receiving", "receiving KV"),
@@ -303,7 +251,7 @@ def _throughput(run: RunData) -> tuple[np.ndarray, np.ndarray] | None:
 def throughput_figure(data: Any) -> Figure:
     """Output tokens per second over time (dashed: the run's overall output throughput)
     and, where the run has P->D links, the KV link bandwidth in use."""
-    runs = _runs(data)
+    runs = as_runs(data)
     links = [(name, t) for name, r in runs.items() if r.series is not None
              for t in r.series.of_kind("link")]
     fig = _figure(10.0, 6.5 if links else 4.0)
@@ -348,7 +296,7 @@ def metrics_figure(data: Any) -> Figure:
     """After the fix vs before it: each headline metric's change in percent, green where
     it improved, with both values written beside the bar. ``data`` is a ``Comparison``,
     the summaries of its two variants by name, or a ``compare.json`` document."""
-    summaries = _summaries(data)
+    summaries = as_summaries(data)
     before, after = summaries.get("pd_before_fix"), summaries.get("pd_after_fix")
     fig = _figure(9.0, 4.8)
     ax = fig.subplots()
@@ -379,19 +327,6 @@ def metrics_figure(data: Any) -> Figure:
     ax.grid(axis="x", alpha=0.3)
     ax.set_title("P/D after the fix vs before (green: better)")
     return fig
-
-
-def _summaries(data: Any) -> dict[str, dict[str, Any]]:
-    from pdsim.compare import Comparison
-
-    if isinstance(data, Comparison):
-        return {k: v.summary for k, v in data.variants.items()}
-    if isinstance(data, Mapping) and "summaries" in data:
-        return dict(data["summaries"])
-    if isinstance(data, Mapping):
-        return {k: (dict(v) if isinstance(v, Mapping) else v.summary)
-                for k, v in data.items()}
-    raise TypeError(f"cannot compare a {type(data).__name__}")
 
 
 # --------------------------------------------------------------------- PNG files
@@ -444,87 +379,7 @@ def write_comparison_figures(runs: Mapping[str, RunData], out: Path) -> list[Pat
 
 def write_comparison_plots(cmp: Comparison, out: str | Path) -> list[Path]:
     """Write a comparison's PNG plots (``COMPARE_PLOTS``) to ``out``."""
-    return write_comparison_figures(_runs(cmp), Path(out))
-
-
-# ------------------------------------------------------------- result folders
-
-def _read_json(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(str(path), None, f"cannot read: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputFileError(str(path), exc.lineno, f"not valid JSON: {exc.msg}",
-                             exc.colno) from None
-
-
-def _num(v: Any) -> float:
-    return math.nan if v is None or v == "" else float(v)
-
-
-def read_requests(path: str | Path) -> dict[str, np.ndarray]:
-    """``REQUEST_COLUMNS`` of a ``requests.csv`` or ``requests.parquet``."""
-    p = Path(path)
-    if p.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise InputFileError(str(p), None, "reading Parquet needs pyarrow") from None
-        try:
-            table = pq.read_table(p, columns=list(REQUEST_COLUMNS))
-        except Exception as exc:  # pyarrow raises many types for a bad file
-            raise InputFileError(str(p), None, f"cannot read Parquet: {exc}") from None
-        rows = table.to_pylist()
-        return _request_columns(rows)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(str(p), None, f"cannot read: {exc}") from None
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUEST_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise InputFileError(str(p), 1, f"missing column(s) {', '.join(missing)}")
-    rows = []
-    for line, row in enumerate(reader, start=2):
-        try:
-            rows.append({"status": row["status"],
-                         **{k: _num(row[k]) for k in REQUEST_COLUMNS[1:]}})
-        except (TypeError, ValueError) as exc:
-            raise InputFileError(str(p), line, f"not a number: {exc}") from None
-    return _request_columns(rows)
-
-
-def read_run_dir(path: str | Path) -> RunData:
-    """A folder written by ``pdsim run --out``: ``summary.json``, ``requests.csv`` (or
-    ``requests.parquet``) and, if present, ``timeseries.csv``."""
-    d = Path(path)
-    doc = _read_json(d / "summary.json")
-    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
-        raise InputFileError(str(d / "summary.json"), None, "no 'summary' object: not "
-                             "written by pdsim run")
-    summary = dict(doc["summary"])
-    summary.setdefault("name", doc.get("name"))
-    requests = None
-    for fname in ("requests.csv", "requests.parquet"):
-        if (d / fname).is_file():
-            requests = read_requests(d / fname)
-            break
-    series = read_timeseries(d / "timeseries.csv") if (d / "timeseries.csv").is_file() \
-        else None
-    return RunData(str(doc.get("name") or d.name), summary, requests, series)
-
-
-def read_compare_json(path: str | Path) -> dict[str, RunData]:
-    """The variants of a ``compare.json`` (``pdsim compare --out``): summaries only."""
-    p = Path(path)
-    doc = _read_json(p)
-    if not isinstance(doc, dict) or not isinstance(doc.get("summaries"), dict):
-        raise InputFileError(str(p), None, "no 'summaries' object: not written by "
-                             "pdsim compare")
-    return {k: RunData(k, dict(v)) for k, v in doc["summaries"].items()}
+    return write_comparison_figures(as_runs(cmp), Path(out))
 
 
 def plot_result_dir(result_dir: str | Path, out: str | Path | None = None) -> list[Path]:

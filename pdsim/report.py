@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from rich.table import Table
@@ -22,7 +23,7 @@ def _fmt(v: Any, digits: int = 2) -> str:
     return str(v)
 
 
-def summary_table(summary: dict[str, Any], title: str = "pdsim summary") -> Table:
+def summary_table(summary: Mapping[str, Any], title: str = "pdsim summary") -> Table:
     """The headline metrics of one run."""
     t = Table(title=title, show_header=True, header_style="bold")
     t.add_column("metric")

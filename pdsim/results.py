@@ -16,12 +16,20 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
 from pdsim.engine.request import Status
+from pdsim.summary import (
+    PERCENTILES,
+    InstanceSummary,
+    LatencyStats,
+    RunSummary,
+    SloSummary,
+    SpecDecodeSummary,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,7 +38,6 @@ if TYPE_CHECKING:
     from pdsim.simulation import Simulation
 
 NAN = math.nan
-PERCENTILES = (50, 90, 99)
 
 RECORD_FIELDS = (
     "request_id", "status", "fail_reason", "arrival_s", "prompt_tokens", "output_tokens",
@@ -115,7 +122,7 @@ class Results:
     config: SimConfig
     records: Sequence[dict[str, Any]]
     instances: list[InstanceFacts]
-    summary: dict[str, Any]
+    summary: RunSummary
     links: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     segments: dict[int, list[list[int]]] = field(default_factory=dict)
     partial: bool = False
@@ -148,11 +155,11 @@ class Results:
 
     def __repr__(self) -> str:
         s = self.summary
-        return (f"Results({s['completed']}/{s['num_requests']} finished, "
-                f"output {s['output_throughput_tok_s']:.1f} tok/s, "
-                f"TTFT p50 {s['p50_ttft_s'] * 1e3:.1f} ms, "
-                f"TPOT p50 {s['p50_tpot_s'] * 1e3:.2f} ms, "
-                f"acceptance length {s['acceptance_length']:.3f})")
+        return (f"Results({s.completed}/{s.num_requests} finished, "
+                f"output {s.output_throughput_tok_s:.1f} tok/s, "
+                f"TTFT p50 {s.ttft.p50_s * 1e3:.1f} ms, "
+                f"TPOT p50 {s.tpot.p50_s * 1e3:.2f} ms, "
+                f"acceptance length {s.spec_decode.acceptance_length:.3f})")
 
 
 def chunk_times(instances: list[InstanceFacts], segments: list[list[int]]) -> np.ndarray:
@@ -251,18 +258,18 @@ def build_results(sim: Simulation) -> Results:
             columns["accepted_per_pos"][i] += inst.acc_pos[s, : inst.n_spec]
     records = RecordTable(columns)
     links = {link.name: link.samples for link in sim.links.values()}
-    summary = summarize(records, inst_facts, segments, sim.config)
-    summary["kv_lease_expired"] = sim.lease_expired
-    summary["faults"] = dict(sim.faults.counts)
     queried = sum(i.prefix_query_tokens for i in sim.instances)
-    summary["prefix_cache_hit_rate"] = (sum(i.prefix_hit_tokens for i in sim.instances)
-                                        / queried if queried else math.nan)
+    summary = replace(
+        summarize(records, inst_facts, segments, sim.config),
+        kv_lease_expired=sim.lease_expired, faults=dict(sim.faults.counts),
+        prefix_cache_hit_rate=(sum(i.prefix_hit_tokens for i in sim.instances) / queried
+                               if queried else math.nan))
     return Results(sim.config, records, inst_facts, summary, links, segments)
 
 
-def _stats(prefix: str, values: np.ndarray, weights: np.ndarray | None = None
-           ) -> dict[str, float]:
-    out: dict[str, float] = {}
+def _stats(values: np.ndarray, weights: np.ndarray | None = None) -> LatencyStats:
+    """Mean, std and ``PERCENTILES`` of ``values`` (NaNs dropped), or of a weighted sample
+    (``weights`` are multiplicities; the lower weighted percentile); all NaN when empty."""
     v = values[~np.isnan(values)] if weights is None else values
     if weights is not None and len(v):
         order = np.argsort(v, kind="stable")
@@ -270,27 +277,18 @@ def _stats(prefix: str, values: np.ndarray, weights: np.ndarray | None = None
         keep = w > 0
         v, w = v[keep], w[keep]
     if not len(v):
-        out[f"mean_{prefix}"] = NAN
-        out[f"std_{prefix}"] = NAN
-        for p in PERCENTILES:
-            out[f"p{p}_{prefix}"] = NAN
-        return out
+        return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
     if weights is None:
-        out[f"mean_{prefix}"] = float(np.mean(v))
-        out[f"std_{prefix}"] = float(np.std(v))
-        for p in PERCENTILES:
-            out[f"p{p}_{prefix}"] = float(np.percentile(v, p))
-    else:
-        total = w.sum()
-        mean = float((v * w).sum() / total)
-        out[f"mean_{prefix}"] = mean
-        out[f"std_{prefix}"] = float(math.sqrt(max(0.0, (w * (v - mean) ** 2).sum() / total)))
-        cum = np.cumsum(w)
-        for p in PERCENTILES:
-            # the lower weighted percentile (the value at or above p% of the mass)
-            i = int(np.searchsorted(cum, p / 100.0 * total, side="left"))
-            out[f"p{p}_{prefix}"] = float(v[min(i, len(v) - 1)])
-    return out
+        return LatencyStats(float(np.mean(v)), float(np.std(v)),
+                            *(float(np.percentile(v, p)) for p in PERCENTILES))
+    total = w.sum()
+    mean = float((v * w).sum() / total)
+    std = float(math.sqrt(max(0.0, (w * (v - mean) ** 2).sum() / total)))
+    cum = np.cumsum(w)
+    # the lower weighted percentile (the value at or above p% of the mass)
+    pcts = [float(v[min(int(np.searchsorted(cum, p / 100.0 * total, side="left")), len(v) - 1)])
+            for p in PERCENTILES]
+    return LatencyStats(mean, std, *pcts)
 
 
 def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
@@ -337,8 +335,9 @@ def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: n
 
 
 def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
-              segments: dict[int, list[list[int]]], config: SimConfig) -> dict[str, Any]:
-    """The run's metrics, from its facts alone."""
+              segments: dict[int, list[list[int]]], config: SimConfig) -> RunSummary:
+    """The run's metrics, from its facts alone (the cluster-level counters, such as
+    ``kv_lease_expired``, are left at their defaults for ``build_results`` to fill)."""
     n = len(records)
     col = {k: np.asarray(_column(records, k), dtype=np.float64)
            for k in ("arrival_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "output_tokens",
@@ -348,18 +347,11 @@ def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
         if n else {}
     status = list(_column(records, "status"))
     finished = np.asarray([s == "finished" for s in status], dtype=bool)
-    s: dict[str, Any] = {
-        "num_requests": n,
-        "completed": int(finished.sum()),
-        "failed": status.count("failed"),
-        "rejected": status.count("rejected"),
-        "in_flight": status.count("in_flight"),
-    }
+    completed = int(finished.sum())
     reasons: dict[str, int] = {}
     for why in _column(records, "fail_reason"):
         if why:
             reasons[why] = reasons.get(why, 0) + 1
-    s["failure_reasons"] = dict(sorted(reasons.items()))
     if n:
         start = float(np.nanmin(col["arrival_s"]))
         ends = col["finish_s"][finished]
@@ -367,73 +359,98 @@ def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
     else:
         start = end = 0.0
     duration = max(end - start, 0.0)
-    s["duration_s"] = duration
     out_tok = float(col["output_tokens"][finished].sum()) if n else 0.0
     in_tok = float(col["prompt_tokens"][finished].sum()) if n else 0.0
-    s["total_input_tokens"] = int(in_tok)
-    s["total_output_tokens"] = int(out_tok)
-    s["request_throughput_req_s"] = s["completed"] / duration if duration > 0 else NAN
-    s["output_throughput_tok_s"] = out_tok / duration if duration > 0 else NAN
-    s["total_token_throughput_tok_s"] = (in_tok + out_tok) / duration if duration > 0 else NAN
     empty = np.empty(0)
-    s.update(_stats("ttft_s", col["ttft_s"][finished] if n else empty))
-    s.update(_stats("tpot_s", col["tpot_s"][finished] if n else empty))
-    s.update(_stats("e2e_s", col["e2e_s"][finished] if n else empty))
     gaps, mult = itl_distribution(instances, segments)
-    s.update(_stats("itl_s", gaps, mult))
 
-    # speculative decoding, vLLM's counters and definitions
+    kt = col["kv_transfer_s"] if n else empty
+    kt = kt[~np.isnan(kt)]
+    return RunSummary(
+        num_requests=n,
+        completed=completed,
+        failed=status.count("failed"),
+        rejected=status.count("rejected"),
+        in_flight=status.count("in_flight"),
+        failure_reasons=dict(sorted(reasons.items())),
+        duration_s=duration,
+        total_input_tokens=int(in_tok),
+        total_output_tokens=int(out_tok),
+        request_throughput_req_s=completed / duration if duration > 0 else NAN,
+        output_throughput_tok_s=out_tok / duration if duration > 0 else NAN,
+        total_token_throughput_tok_s=(in_tok + out_tok) / duration if duration > 0 else NAN,
+        ttft=_stats(col["ttft_s"][finished] if n else empty),
+        tpot=_stats(col["tpot_s"][finished] if n else empty),
+        e2e=_stats(col["e2e_s"][finished] if n else empty),
+        itl=_stats(gaps, mult),
+        spec_decode=_spec_decode(records, col, config),
+        kv_bytes_transferred=int(col["kv_bytes_transferred"].sum()) if n else 0,
+        kv_transfer_time_s=float(kt.sum()) if len(kt) else 0.0,
+        mean_kv_transfer_s=float(kt.mean()) if len(kt) else NAN,
+        tokens_recomputed_on_d=int(col["tokens_recomputed_on_d"].sum()) if n else 0,
+        d_local_prefill_tokens=int(col["d_local_prefill_tokens"].sum()) if n else 0,
+        preemptions=int(col["num_preemptions"].sum()) if n else 0,
+        slo=_slo(col, finished, duration, config),
+        instances=_instances(instances),
+    )
+
+
+def _spec_decode(records: Sequence[dict[str, Any]], col: dict[str, np.ndarray],
+                 config: SimConfig) -> SpecDecodeSummary:
+    """Speculative decoding, vLLM's counters and definitions."""
+    n = len(records)
     nspec = config.speculative.num_speculative_tokens
     drafts = int(col["num_drafts"].sum()) if n else 0
     draft_tokens = int(col["num_draft_tokens"].sum()) if n else 0
     accepted = int(col["num_accepted_tokens"].sum()) if n else 0
     per_pos = (np.asarray(_column(records, "accepted_per_pos"), dtype=np.int64)
                .reshape(n, -1).sum(axis=0) if n and nspec else np.zeros(nspec, dtype=np.int64))
-    s["num_drafts"] = drafts
-    s["num_draft_tokens"] = draft_tokens
-    s["num_accepted_tokens"] = accepted
-    s["num_accepted_tokens_per_pos"] = per_pos.tolist()
-    s["acceptance_rate"] = accepted / draft_tokens if draft_tokens else NAN
-    s["acceptance_length"] = 1.0 + accepted / drafts if drafts else NAN
-    s["per_position_acceptance_rates"] = (per_pos / drafts).tolist() if drafts else []
+    return SpecDecodeSummary(
+        num_drafts=drafts,
+        num_draft_tokens=draft_tokens,
+        num_accepted_tokens=accepted,
+        num_accepted_tokens_per_pos=tuple(per_pos.tolist()),
+        acceptance_rate=accepted / draft_tokens if draft_tokens else NAN,
+        acceptance_length=1.0 + accepted / drafts if drafts else NAN,
+        per_position_acceptance_rates=tuple((per_pos / drafts).tolist()) if drafts else (),
+    )
 
-    # KV transfer and the backoff's cost
-    s["kv_bytes_transferred"] = int(col["kv_bytes_transferred"].sum()) if n else 0
-    kt = col["kv_transfer_s"] if n else empty
-    kt = kt[~np.isnan(kt)]
-    s["kv_transfer_time_s"] = float(kt.sum()) if len(kt) else 0.0
-    s["mean_kv_transfer_s"] = float(kt.mean()) if len(kt) else NAN
-    s["tokens_recomputed_on_d"] = int(col["tokens_recomputed_on_d"].sum()) if n else 0
-    s["d_local_prefill_tokens"] = int(col["d_local_prefill_tokens"].sum()) if n else 0
-    s["preemptions"] = int(col["num_preemptions"].sum()) if n else 0
 
-    # SLOs and goodput
+def _slo(col: dict[str, np.ndarray], finished: np.ndarray, duration: float,
+         config: SimConfig) -> SloSummary | None:
+    """SLO attainment and goodput; None when the config sets no TTFT or TPOT target."""
     slo = config.slo
-    if slo.ttft_s is not None or slo.tpot_s is not None:
-        ok = finished.copy()
-        if slo.ttft_s is not None:
-            ok &= np.nan_to_num(col["ttft_s"], nan=np.inf) <= slo.ttft_s
-        if slo.tpot_s is not None:
-            tp = col["tpot_s"]
-            ok &= np.where(np.isnan(tp), True, tp <= slo.tpot_s)
-        s["slo_attainment"] = float(ok.sum() / n) if n else NAN
-        s["goodput_req_s"] = float(ok.sum() / duration) if duration > 0 else NAN
-        pct = slo.percentile
-        ttft_p = (float(np.percentile(col["ttft_s"][finished], pct))
-                  if finished.any() else NAN)
-        tp_f = col["tpot_s"][finished]
-        tp_f = tp_f[~np.isnan(tp_f)]
-        tpot_p = float(np.percentile(tp_f, pct)) if len(tp_f) else NAN
-        s["slo_ttft_percentile_s"] = ttft_p
-        s["slo_tpot_percentile_s"] = tpot_p
-        meets = s["completed"] == n
-        if slo.ttft_s is not None:
-            meets = meets and ttft_p <= slo.ttft_s
-        if slo.tpot_s is not None:
-            meets = meets and (math.isnan(tpot_p) or tpot_p <= slo.tpot_s)
-        s["slo_met"] = bool(meets)
+    if slo.ttft_s is None and slo.tpot_s is None:
+        return None
+    n = len(finished)
+    ok = finished.copy()
+    if slo.ttft_s is not None:
+        ok &= np.nan_to_num(col["ttft_s"], nan=np.inf) <= slo.ttft_s
+    if slo.tpot_s is not None:
+        tp = col["tpot_s"]
+        ok &= np.where(np.isnan(tp), True, tp <= slo.tpot_s)
+    pct = slo.percentile
+    ttft_p = (float(np.percentile(col["ttft_s"][finished], pct))
+              if finished.any() else NAN)
+    tp_f = col["tpot_s"][finished]
+    tp_f = tp_f[~np.isnan(tp_f)]
+    tpot_p = float(np.percentile(tp_f, pct)) if len(tp_f) else NAN
+    meets = int(finished.sum()) == n
+    if slo.ttft_s is not None:
+        meets = meets and ttft_p <= slo.ttft_s
+    if slo.tpot_s is not None:
+        meets = meets and (math.isnan(tpot_p) or tpot_p <= slo.tpot_s)
+    return SloSummary(
+        attainment=float(ok.sum() / n) if n else NAN,
+        goodput_req_s=float(ok.sum() / duration) if duration > 0 else NAN,
+        ttft_percentile_s=ttft_p,
+        tpot_percentile_s=tpot_p,
+        met=bool(meets),
+    )
 
-    # instances, time-weighted
+
+def _instances(instances: list[InstanceFacts]) -> dict[str, InstanceSummary]:
+    """Per instance, time-weighted over the run's horizon (the last step end)."""
     horizon = max((float(f.step_end_s[-1]) for f in instances if len(f.step_end_s)),
                   default=0.0)
     per_inst = {}
@@ -443,10 +460,8 @@ def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
               if len(log) else 0.0)
         running = time_weighted_mean(log[:, 0], log[:, 1], log[:, 5], horizon) if len(log) \
             else 0.0
-        per_inst[f.name] = {
-            "role": f.role, "steps": len(f.step_end_s),
-            "busy_fraction": f.busy_s / horizon if horizon > 0 else 0.0,
-            "mean_kv_usage": kv, "mean_running": running, "preemptions": f.preemptions,
-        }
-    s["instances"] = per_inst
-    return s
+        per_inst[f.name] = InstanceSummary(
+            role=f.role, steps=len(f.step_end_s),
+            busy_fraction=f.busy_s / horizon if horizon > 0 else 0.0,
+            mean_kv_usage=kv, mean_running=running, preemptions=f.preemptions)
+    return per_inst

@@ -24,7 +24,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import math
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from pdsim.config import SimConfig
 from pdsim.errors import ConfigError
 from pdsim.loader import config_from_dict
 from pdsim.perf.config import RooflineStepTimeConfig
+from pdsim.summary import RunSummary
 from pdsim.workload.config import ClosedLoopArrivals
 
 DEFAULT_MIN_REQUESTS = 1000
@@ -67,7 +68,7 @@ class RateSearch:
     rate_per_s: float | None
     failing_rate_per_s: float | None
     trials: list[Trial] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
+    summary: RunSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -122,19 +123,20 @@ def trial_config(cfg: SimConfig, rate_per_s: float,
 
 
 def run_trial(cfg: SimConfig, rate_per_s: float,
-              min_requests: int = DEFAULT_MIN_REQUESTS) -> tuple[Trial, dict[str, Any]]:
+              min_requests: int = DEFAULT_MIN_REQUESTS) -> tuple[Trial, RunSummary]:
     """Simulate ``cfg`` at ``rate_per_s``; the trial and the run's summary."""
     from pdsim.simulation import simulate
 
     tcfg = trial_config(cfg, rate_per_s, min_requests)
     s = simulate(tcfg).summary
-    trial = Trial(rate_per_s=rate_per_s, num_requests=s["num_requests"],
-                  slo_met=bool(s["slo_met"]),
-                  slo_ttft_percentile_s=s["slo_ttft_percentile_s"],
-                  slo_tpot_percentile_s=s["slo_tpot_percentile_s"],
-                  slo_attainment=s["slo_attainment"], goodput_req_s=s["goodput_req_s"],
-                  output_throughput_tok_s=s["output_throughput_tok_s"],
-                  completed=s["completed"])
+    slo = s.slo
+    assert slo is not None  # trial_config keeps cfg's SLO, which the search requires
+    trial = Trial(rate_per_s=rate_per_s, num_requests=s.num_requests, slo_met=slo.met,
+                  slo_ttft_percentile_s=slo.ttft_percentile_s,
+                  slo_tpot_percentile_s=slo.tpot_percentile_s,
+                  slo_attainment=slo.attainment, goodput_req_s=slo.goodput_req_s,
+                  output_throughput_tok_s=s.output_throughput_tok_s,
+                  completed=s.completed)
     return trial, s
 
 
@@ -157,7 +159,7 @@ def max_rate_meeting_slo(cfg: SimConfig, lo: float | None = None, hi: float | No
             raise ConfigError(name, f"a rate must be positive (got {v})")
     if lo is not None and hi is not None and lo >= hi:
         raise ConfigError("lo", f"lo ({lo}) must be below hi ({hi})")
-    tried: dict[float, tuple[Trial, dict[str, Any]]] = {}
+    tried: dict[float, tuple[Trial, RunSummary]] = {}
     order: list[Trial] = []
 
     def met(rate: float) -> bool:
@@ -236,7 +238,7 @@ def _split_search(cfg_json: str, prefill_count: int, decode_count: int, gpus: in
                   tol: float, min_requests: int) -> SplitResult:
     cfg = split_config(SimConfig.model_validate_json(cfg_json), prefill_count, decode_count)
     found = max_rate_meeting_slo(cfg, tol=tol, min_requests=min_requests)
-    s = found.summary or {}
+    s: Mapping[str, Any] = found.summary or {}
     goodput = float(s.get("goodput_req_s", 0.0)) if found.rate_per_s is not None else 0.0
     return SplitResult(
         prefill_count=prefill_count, decode_count=decode_count, gpus=gpus,

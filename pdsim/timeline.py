@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pdsim._version import __version__
 from pdsim.output import write_atomic
 
 if TYPE_CHECKING:
@@ -218,8 +219,6 @@ def timeline_document(res: Results, max_steps: int | None = DEFAULT_MAX_STEPS,
                       window_s: tuple[float, float] | None = None) -> dict[str, Any]:
     """The whole trace: ``{"traceEvents": [...], "displayTimeUnit": "ms",
     "otherData": {...}}``."""
-    from pdsim import __version__
-
     events, truncated = timeline_events(res, max_steps, window_s)
     other: dict[str, Any] = {"pdsim_version": __version__, "name": res.config.name,
                              "seed": res.config.seed, "time_unit": "microseconds",

@@ -4,7 +4,7 @@ Exit codes: 0 the fit ran (whatever its quality: read the error table); 2 a user
 """
 
 # No ``from __future__ import annotations``: typer evaluates the command's annotations in
-# this module's globals, and the option types come from pdsim.cli inside ``register``.
+# this module's globals, and the option types come from pdsim.commands._options.
 import math
 import sys
 from pathlib import Path
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from pdsim.commands._formats import format_error, format_value
 from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
-from pdsim.commands.validate import format_error, format_value
 
 if TYPE_CHECKING:
     from pdsim.realdata.calibrate import CalibrationReport
@@ -106,7 +106,7 @@ def _param_specs(items: list[str]) -> tuple[list[str], dict[str, tuple[float, fl
 
 def register(app: typer.Typer) -> None:
     """Add ``pdsim calibrate`` to ``app``."""
-    from pdsim.cli import console, err_console, user_errors
+    from pdsim.commands._shared import console, err_console, user_errors
 
     ResultList = Annotated[list[Path] | None, typer.Option(
         help="A vllm bench serve result (repeatable).")]

@@ -11,7 +11,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add the ``plot`` command to ``app``."""
-    from pdsim.cli import console, user_errors
+    from pdsim.commands._shared import console, user_errors
 
     @app.command()
     @user_errors

@@ -6,6 +6,7 @@ from this module's globals.
 
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -53,7 +54,7 @@ def splits_table(splits: list[Any], title: str) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    from pdsim.cli import console, err_console, user_errors
+    from pdsim.commands._shared import console, err_console, user_errors
 
     @app.command()
     @user_errors
@@ -111,7 +112,8 @@ def register(app: typer.Typer) -> None:
         if json_:
             doc: dict[str, Any] = {
                 "rate_per_s": found.rate_per_s, "failing_rate_per_s": found.failing_rate_per_s,
-                "trials": [asdict(t) for t in found.trials], "summary": found.summary}
+                "trials": [asdict(t) for t in found.trials],
+                "summary": found.summary.as_dict() if found.summary is not None else None}
             if splits is not None:
                 doc["splits"] = [s.to_dict() for s in splits]
             sys.stdout.write(to_json(doc))
@@ -125,7 +127,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"no rate tried meets the SLOs (lowest tried: "
                           f"{found.failing_rate_per_s:.4g} req/s)")
         else:
-            s = found.summary or {}
+            s: Mapping[str, Any] = found.summary or {}
             fail = (f"; {found.failing_rate_per_s:.4g} req/s misses them"
                     if found.failing_rate_per_s is not None else "")
             console.print(f"highest rate meeting the SLOs: {found.rate_per_s:.4g} req/s "

@@ -53,7 +53,7 @@ def sweep_table(rows: list[dict[str, Any]], param_keys: list[str], title: str) -
 
 
 def register(app: typer.Typer) -> None:
-    from pdsim.cli import console, err_console, user_errors
+    from pdsim.commands._shared import console, err_console, user_errors
 
     @app.command()
     @user_errors

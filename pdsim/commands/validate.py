@@ -5,7 +5,7 @@ Exit codes: 0 every checked metric is within ``--tolerance``; 1 at least one is 
 """
 
 # No ``from __future__ import annotations``: typer evaluates the command's annotations in
-# this module's globals, and the option types come from pdsim.cli inside ``register``.
+# this module's globals, and the option types come from pdsim.commands._options.
 import math
 import sys
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from pdsim.commands._formats import format_error, format_value
 from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
 
 if TYPE_CHECKING:
@@ -21,27 +22,6 @@ if TYPE_CHECKING:
 
 EXIT_WITHIN_TOLERANCE = 0
 EXIT_OUT_OF_TOLERANCE = 1
-
-
-def format_value(key: str, value: float) -> str:
-    """A metric value in its display unit (ms latencies, tok/s, counts, %)."""
-    if not math.isfinite(value):
-        return "-"
-    if key == "completed":
-        return f"{value:.0f}"
-    if key == "acceptance_length":
-        return f"{value:.3f}"
-    if key == "request_throughput":
-        return f"{value:.3f}"
-    return f"{value:.2f}" if abs(value) < 1e5 else f"{value:,.0f}"
-
-
-def format_error(err: float) -> str:
-    """A relative error as a signed percentage ("-" when undefined)."""
-    if not math.isfinite(err):
-        return "-"
-    pct = round(err * 100, 2)
-    return "0.00%" if pct == 0 else f"{pct:+.2f}%"  # float noise is no sign
 
 
 def validation_table(rep: "ValidationReport", tolerance: float | None,
@@ -70,7 +50,7 @@ def validation_table(rep: "ValidationReport", tolerance: float | None,
 
 def register(app: typer.Typer) -> None:
     """Add ``pdsim validate`` to ``app``."""
-    from pdsim.cli import console, user_errors
+    from pdsim.commands._shared import console, user_errors
 
     @app.command()
     @user_errors

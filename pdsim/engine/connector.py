@@ -1,7 +1,8 @@
 """The NIXL-like KV connector: scheduler side (backoff arithmetic) and transfer side.
 
 The scheduler side owns the three methods PR #55055 unified. All of them read the one
-shared ``num_prefill_lookahead_tokens`` from the config; none derives lookahead itself.
+backoff the config derives (``prefill_backoff_tokens``, from ``num_prefill_lookahead_tokens``);
+none derives lookahead or backoff itself.
 """
 
 from __future__ import annotations
@@ -37,23 +38,15 @@ class KVTransferParams:
 class ConnectorScheduler:
     """Scheduler-side connector logic: how much P computes and how much D loads."""
 
-    __slots__ = ("_auto", "_has_mamba", "_lookahead")
+    __slots__ = ("_backoff",)
 
     def __init__(self, cfg: SimConfig) -> None:
-        self._lookahead = cfg.num_prefill_lookahead_tokens
-        self._has_mamba = cfg.model.has_mamba
-        self._auto = cfg.connector.prefill_backoff == "auto"
+        self._backoff = cfg.prefill_backoff_tokens
 
     def _prefill_backoff(self) -> int:
-        """Trailing prompt tokens P leaves for D to recompute.
-
-        After the fix: ``max(1 if Mamba else 0, lookahead - 1)``. Before it (``off``): only
-        Mamba backs off, by one token, because a recurrent state cannot be rewound.
-        """
-        mamba = 1 if self._has_mamba else 0
-        if not self._auto:
-            return mamba
-        return max(mamba, self._lookahead - 1)
+        """Trailing prompt tokens P leaves for D to recompute: the config's
+        ``prefill_backoff_tokens`` (derived there, next to the lookahead it comes from)."""
+        return self._backoff
 
     def _truncate_request_for_prefill(self, params: KVTransferParams,
                                       prompt_tokens: int) -> int:
@@ -82,8 +75,8 @@ class ConnectorScheduler:
 
 
 def prefill_backoff(cfg: SimConfig) -> int:
-    """The connector's ``_prefill_backoff()`` for ``cfg`` (for reports)."""
-    return ConnectorScheduler(cfg)._prefill_backoff()
+    """The connector's ``_prefill_backoff()`` for ``cfg``: ``cfg.prefill_backoff_tokens``."""
+    return cfg.prefill_backoff_tokens
 
 
 @dataclass(slots=True)

@@ -1,13 +1,16 @@
 """Routing policies: small registered objects that pick an instance for a request.
 
 A policy sees read-only candidates and returns the index of its choice; it never yields
-to SimPy and never mutates an instance. Ties are broken by instance index.
+to SimPy and never mutates an instance. Ties are broken by instance index. The names live in
+``pdsim.policies.ROUTERS`` (below the config, which validates ``router.policy`` against it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
+
+from pdsim.policies import ROUTERS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,20 +25,7 @@ class RoutingPolicy(Protocol):
     def choose(self, candidates: Sequence[Instance], request: Request) -> int: ...
 
 
-ROUTERS: dict[str, Callable[[np.random.Generator], RoutingPolicy]] = {}
-
-
-def register(name: str) -> Callable[[type], type]:
-    """Class decorator: make a policy available as ``router.policy: name``."""
-
-    def deco(cls: type) -> type:
-        ROUTERS[name] = cls
-        return cls
-
-    return deco
-
-
-@register("round_robin")
+@ROUTERS.register("round_robin")
 class RoundRobin:
     """Cycle through the candidates in index order (vLLM's toy proxy)."""
 
@@ -51,7 +41,7 @@ class RoundRobin:
         return i
 
 
-@register("least_loaded")
+@ROUTERS.register("least_loaded")
 class LeastLoaded:
     """The candidate with the least outstanding prefill tokens, then fewest requests."""
 
@@ -64,7 +54,7 @@ class LeastLoaded:
         return best
 
 
-@register("random")
+@ROUTERS.register("random")
 class RandomChoice:
     """Uniformly at random, from the ``routing`` stream."""
 
@@ -76,8 +66,6 @@ class RandomChoice:
 
 
 def make_router(name: str, rng: np.random.Generator) -> RoutingPolicy:
-    """The registered policy ``name``."""
-    try:
-        return ROUTERS[name](rng)
-    except KeyError:
-        raise KeyError(name) from None
+    """The registered policy ``name``; ``KeyError(name)`` when there is none."""
+    policy: RoutingPolicy = ROUTERS.lookup(name)(rng)
+    return policy

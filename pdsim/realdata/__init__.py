@@ -6,14 +6,10 @@ validate``, ``from pdsim.realdata.calibrate import calibrate``); exporting them 
 shadow the module names.
 """
 
-from pdsim.realdata.bench_result import (
-    BenchResult,
-    bench_result_from_dict,
-    bench_result_to_requests,
-    make_bench_result,
-    read_bench_result,
-    summary_metrics,
-)
+from pdsim.realdata.bench_metrics import summary_metrics
+from pdsim.realdata.bench_replay import bench_result_to_requests
+from pdsim.realdata.bench_result import BenchResult, bench_result_from_dict, read_bench_result
+from pdsim.realdata.bench_synthesis import make_bench_result, run_bench_result
 from pdsim.realdata.calibrate import CalibrationReport, ParameterFit
 from pdsim.realdata.prometheus import (
     AcceptanceStats,
@@ -50,6 +46,7 @@ __all__ = [
     "read_bench_result",
     "read_scrape",
     "real_metrics",
+    "run_bench_result",
     "simulated_metrics",
     "summary_metrics",
     "trim_result",

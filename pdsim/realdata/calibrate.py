@@ -39,6 +39,16 @@ import numpy as np
 from pdsim.errors import ConfigError
 from pdsim.loader import config_from_dict
 from pdsim.realdata.bench_result import BenchResult
+from pdsim.realdata.calibration_params import (
+    ROOFLINE_PARAMS,
+    SIMPLE_PARAMS,
+    STALE_KV_PARAMS,
+    ParameterFit,
+    default_bounds,
+    default_params,
+    resolve_params,
+    with_values,
+)
 from pdsim.realdata.validate import (
     ReplayMode,
     ValidationReport,
@@ -59,125 +69,7 @@ TIMING_FIT_METRICS: tuple[str, ...] = (
     "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms",
     "mean_e2el_ms", "output_throughput")
 ACCEPTANCE_FIT_METRICS: tuple[str, ...] = ("acceptance_length", "acceptance_rate")
-SIMPLE_PARAMS: tuple[str, ...] = (
-    "step_time.per_token_s", "step_time.weights_floor_s", "step_time.overhead_s")
-ROOFLINE_PARAMS: tuple[str, ...] = (
-    "step_time.compute_efficiency", "step_time.attention_efficiency",
-    "step_time.memory_efficiency", "step_time.moe_efficiency")
-STALE_KV_PARAMS: tuple[str, ...] = (
-    "speculative.stale_kv.sensitivity_per_slot",
-    "speculative.stale_kv.residual_guess_accuracy")
-# Fractions of 1 (upper bound 1); every other parameter may range over 1/100..100 x start.
-_UNIT_INTERVAL_SUFFIXES = ("_efficiency", "residual_guess_accuracy")
-_MIN_FRACTION = 1e-3
 _FAILED_RESIDUAL = 10.0  # a metric the simulation could not produce (nothing finished)
-
-
-# --------------------------------------------------------------------------- parameters
-
-
-def default_params(cfg: SimConfig, with_stale_kv: bool = False) -> tuple[str, ...]:
-    """The parameters ``calibrate`` fits when none are given (module docstring)."""
-    st = cfg.step_time
-    if st.kind == "simple":
-        out = SIMPLE_PARAMS
-    elif st.kind == "roofline":
-        out = ROOFLINE_PARAMS
-        if st.tensor_parallel_size > 1 or st.expert_parallel_size > 1:
-            out = (*out, "step_time.communication_efficiency")
-    else:
-        raise ConfigError("step_time.kind", f"the {st.kind} step-time model has no default "
-                                            "calibration parameters; name them (--param)")
-    if with_stale_kv:
-        out = (*out, *STALE_KV_PARAMS)
-    return out
-
-
-def _get(data: Mapping[str, Any], path: str) -> Any:
-    node: Any = data
-    for part in path.split("."):
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            raise ConfigError(path, "no such config value (see `pdsim show-config`)")
-    return node
-
-
-def _set(data: dict[str, Any], path: str, value: float) -> None:
-    *head, last = path.split(".")
-    node: Any = data
-    for part in head:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-
-
-def with_values(cfg: SimConfig, values: Mapping[str, float]) -> SimConfig:
-    """``cfg`` with the numbers at the given dotted paths replaced (validated again)."""
-    data = cfg.model_dump(mode="json")
-    for path, value in values.items():
-        _get(data, path)
-        _set(data, path, float(value))
-    return config_from_dict(data)
-
-
-def default_bounds(path: str, start: float) -> tuple[float, float]:
-    """Search range of a parameter: (0.001, 1] for efficiencies and probabilities, else
-    1/100 to 100 times the starting value."""
-    if path.endswith(_UNIT_INTERVAL_SUFFIXES):
-        return _MIN_FRACTION, 1.0
-    return start / 100.0, start * 100.0
-
-
-@dataclass(frozen=True)
-class ParameterFit:
-    """One fitted parameter: where it started, where it ended, the range searched."""
-
-    path: str
-    initial: float
-    fitted: float
-    lower: float
-    upper: float
-
-    @property
-    def change(self) -> float:
-        """fitted / initial - 1."""
-        return self.fitted / self.initial - 1.0 if self.initial else math.nan
-
-
-def _resolve_params(cfg: SimConfig, params: Sequence[str],
-                    bounds: Mapping[str, tuple[float, float]]
-                    ) -> list[tuple[str, float, float, float]]:
-    data = cfg.model_dump(mode="json")
-    out = []
-    seen = set()
-    for path in params:
-        if path in seen:
-            raise ConfigError(path, "named twice as a calibration parameter")
-        seen.add(path)
-        value = _get(data, path)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(path, f"is {value!r}, not a number: only numeric values can "
-                                    "be calibrated")
-        start = float(value)
-        if path in bounds:
-            lo, hi = (float(b) for b in bounds[path])
-        elif start > 0:
-            lo, hi = default_bounds(path, start)
-        else:
-            raise ConfigError(path, f"starts at {start}; calibration searches in log space, "
-                                    "so give a positive start value (--set) or bounds")
-        if not 0 < lo < hi:
-            raise ConfigError(path, f"bounds must satisfy 0 < lower < upper, got {lo}, {hi}")
-        start = min(max(start, lo), hi)
-        out.append((path, start, lo, hi))
-    if not out:
-        raise ConfigError("", "no parameter to calibrate")
-    return out
 
 
 # --------------------------------------------------------------------------- datasets
@@ -430,7 +322,7 @@ def calibrate(
     stale_default = bool(results and standalone and cfg.cluster.mode == "disaggregated"
                          and cfg.speculative.enabled and cfg.use_multi_module_mtp)
     param_list = tuple(params) if params else default_params(cfg, stale_default)
-    resolved = _resolve_params(cfg, param_list, bounds or {})
+    resolved = resolve_params(cfg, param_list, bounds or {})
     fits_spec = any(p.startswith("speculative.") for p in param_list)
     if method == "auto":
         method = "nelder_mead" if fits_spec else "least_squares"

@@ -5,7 +5,7 @@ traffic (``bench_result_to_requests``): recorded send times when the result has
 ``start_times``, else vLLM's arrival process drawn from the ``arrivals`` stream of the
 config's seed, or a closed loop at the recorded ``max_concurrency``. Both sides are then
 measured with the same code: the simulated run is written as a bench result
-(``pdsim.writers.bench_result``) and both go through ``summary_metrics``, so TTFT, TPOT,
+(``bench_synthesis.run_bench_result``) and both go through ``summary_metrics``, so TTFT, TPOT,
 ITL and E2E (mean, p50, p90, p99; ms), throughputs and acceptance share vLLM's
 definitions, percentile interpolation included.
 
@@ -23,12 +23,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from pdsim.errors import InputFileError
-from pdsim.realdata.bench_result import (
-    BenchResult,
-    bench_result_from_dict,
-    bench_result_to_requests,
-    summary_metrics,
-)
+from pdsim.realdata.bench_metrics import summary_metrics
+from pdsim.realdata.bench_replay import bench_result_to_requests
+from pdsim.realdata.bench_result import BenchResult, bench_result_from_dict
+from pdsim.realdata.bench_synthesis import run_bench_result
 from pdsim.rng import RandomStreams
 
 if TYPE_CHECKING:
@@ -169,9 +167,7 @@ def real_metrics(result: BenchResult) -> dict[str, float]:
 
 def simulated_metrics(res: Results) -> dict[str, float]:
     """A pdsim run's metrics computed exactly as ``real_metrics`` computes a result's."""
-    from pdsim.writers import bench_result
-
-    doc = bench_result(res)
+    doc = run_bench_result(res)
     if not doc:  # nothing finished: no duration to divide by
         out = {k: math.nan for k in (*LATENCY_METRICS, *THROUGHPUT_METRICS)}
         out["completed"] = 0.0

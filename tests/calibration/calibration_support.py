@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pdsim import SimConfig, load_config, simulate
 from pdsim.realdata import BenchResult, bench_result_from_dict
-from pdsim.writers import bench_result
+from pdsim.realdata.bench_synthesis import run_bench_result
 
 ROOT = Path(__file__).resolve().parents[2]
 MTP3 = ROOT / "configs" / "mtp3.yaml"
@@ -26,4 +26,4 @@ def small_config(*overrides: str) -> SimConfig:
 
 def result_of(cfg: SimConfig, name: str = "pdsim") -> BenchResult:
     """Simulate ``cfg`` and read the run back as a ``vllm bench serve`` result."""
-    return bench_result_from_dict(bench_result(simulate(cfg)), name)
+    return bench_result_from_dict(run_bench_result(simulate(cfg)), name)

@@ -27,6 +27,7 @@ from pdsim.realdata import (
     summary_metrics,
     trim_result,
 )
+from pdsim.realdata.bench_synthesis import run_bench_result
 from pdsim.realdata.validate import (
     LATENCY_METRICS,
     MetricRow,
@@ -34,7 +35,7 @@ from pdsim.realdata.validate import (
     relative_error,
     validate,
 )
-from pdsim.writers import bench_result, write_run
+from pdsim.writers import write_run
 
 EXACT = 1e-9
 
@@ -64,7 +65,7 @@ def test_self_validation_through_the_written_file(tmp_path: Path) -> None:
 
 def test_closed_loop_self_validation() -> None:
     cfg = small_config("workload.arrivals={kind: closed_loop, concurrency: 8}")
-    doc = bench_result(simulate(cfg))
+    doc = run_bench_result(simulate(cfg))
     # a closed-loop pdsim run is recorded as vllm bench serve --max-concurrency records it
     assert doc["max_concurrency"] == 8 and doc["request_rate"] == "inf"
     result = bench_result_from_dict(doc, "closed")
@@ -85,7 +86,7 @@ def test_another_seed_leaves_only_sampling_noise() -> None:
 
 def test_without_start_times_arrivals_are_drawn_and_said_so() -> None:
     cfg = small_config()
-    doc = bench_result(simulate(cfg))
+    doc = run_bench_result(simulate(cfg))
     for key in ("start_times", "queue_times"):
         del doc[key]
     doc["request_rate"] = 6.0
@@ -101,7 +102,7 @@ def test_simulated_metrics_use_the_real_definitions() -> None:
     cfg = small_config()
     res = simulate(cfg)
     sim = simulated_metrics(res)
-    real = real_metrics(bench_result_from_dict(bench_result(res)))
+    real = real_metrics(bench_result_from_dict(run_bench_result(res)))
     assert sim == pytest.approx(real, rel=1e-12)
     s = res.summary
     assert sim["mean_ttft_ms"] == pytest.approx(s["mean_ttft_s"] * 1e3)

@@ -47,7 +47,7 @@ def test_lookahead_and_backoff_table(case: str, method: str, n: int, modules: in
         assert cfg.use_multi_module_mtp == (method == "mtp" and min(modules, n) > 1)
         assert cfg.extra_retained_tokens == max(0, lookahead - 1)
         conn = ConnectorScheduler(cfg)
-        assert conn._prefill_backoff() == want == prefill_backoff(cfg)
+        assert conn._prefill_backoff() == want == prefill_backoff(cfg) == cfg.prefill_backoff_tokens
         assert want == reference_backoff(lookahead, mamba, mode == "auto")
 
 

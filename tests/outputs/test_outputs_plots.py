@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
 import pdsim
-from pdsim import plots
+from pdsim import plot_data, plots
 from pdsim.cli import app
 from pdsim.compare import Comparison
 from pdsim.errors import InputFileError, PdsimError
@@ -90,10 +90,10 @@ def test_no_speculation_skips_acceptance_plot(tmp_path: Path) -> None:
 def test_read_run_dir_matches_memory(mtp3_res: Results, tmp_path: Path) -> None:
     write_run(mtp3_res, tmp_path)
     write_timeseries(mtp3_res, tmp_path / "timeseries.csv")
-    disk, mem = plots.read_run_dir(tmp_path), plots.run_data(mtp3_res)
+    disk, mem = plot_data.read_run_dir(tmp_path), plot_data.run_data(mtp3_res)
     assert disk.name == mem.name
     assert disk.requests is not None and mem.requests is not None
-    for k in plots.REQUEST_COLUMNS:
+    for k in plot_data.REQUEST_COLUMNS:
         if k == "status":
             assert disk.requests[k].tolist() == mem.requests[k].tolist()
         else:
@@ -102,7 +102,7 @@ def test_read_run_dir_matches_memory(mtp3_res: Results, tmp_path: Path) -> None:
     assert list(disk.series.tracks) == list(mem.series.tracks)
     (tmp_path / "requests.csv").unlink()  # parquet is read when the CSV is gone
     if (tmp_path / "requests.parquet").is_file():
-        back = plots.read_run_dir(tmp_path)
+        back = plot_data.read_run_dir(tmp_path)
         assert back.requests is not None
         np.testing.assert_array_equal(back.requests["ttft_s"], mem.requests["ttft_s"])
 

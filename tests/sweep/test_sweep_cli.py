@@ -12,7 +12,7 @@ from sweep_support import MTP3, SMALL
 from typer.testing import CliRunner
 
 from pdsim.cli import app
-from pdsim.sweep import _collect
+from pdsim.sweep.backends import _collect
 
 SETS = [x for s in SMALL for x in ("--set", s)]
 
