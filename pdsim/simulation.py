@@ -21,7 +21,7 @@ from pdsim.engine.router import make_router
 from pdsim.faults import FaultState
 from pdsim.results import Results, build_results
 from pdsim.rng import RandomStreams, UniformBuffer
-from pdsim.spec.acceptance import AcceptanceSampler
+from pdsim.spec_decode.acceptance import AcceptanceSampler
 from pdsim.workload import RequestSpecs, generate_requests
 
 ProgressFn = Callable[[int, int], None]

@@ -24,7 +24,7 @@ from pdsim.engine.kvcache import BlockPool, KVLayout
 from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
 from pdsim.perf.base import StepBatch
 from pdsim.perf.build import build_step_time_model
-from pdsim.spec.provenance import stale_plan
+from pdsim.spec_decode.provenance import stale_plan
 
 if TYPE_CHECKING:
     from collections.abc import Generator

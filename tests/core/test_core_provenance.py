@@ -1,6 +1,6 @@
 """Slot-level provenance of the drafter KV P hands to D (reference sections 2-4).
 
-The pure functions in ``pdsim.spec.provenance`` are checked against closed forms stated
+The pure functions in ``pdsim.spec_decode.provenance`` are checked against closed forms stated
 in the reference and against ``excess_stale_by_token_identity`` (which token each slot
 consumed versus the true one). Then the same predictions are checked on D's state in
 simulations: the stale-slot row of each request right after its first step on D.
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from pdsim import Simulation
 from pdsim.config import Role
 from pdsim.engine.kvcache import KVLayout
-from pdsim.spec.provenance import (
+from pdsim.spec_decode.provenance import (
     SlotCause,
     StaleSlot,
     d_excess_stale_slots,
