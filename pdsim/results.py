@@ -254,8 +254,8 @@ def build_results(sim: Simulation) -> Results:
     summary = summarize(records, inst_facts, segments, sim.config)
     summary["kv_lease_expired"] = sim.lease_expired
     summary["faults"] = dict(sim.faults.counts)
-    queried = sum(i.prefix_query_tokens for i in sim.instances)
-    summary["prefix_cache_hit_rate"] = (sum(i.prefix_hit_tokens for i in sim.instances)
+    queried = sum(i.kv.prefix_query_tokens for i in sim.instances)
+    summary["prefix_cache_hit_rate"] = (sum(i.kv.prefix_hit_tokens for i in sim.instances)
                                         / queried if queried else math.nan)
     return Results(sim.config, records, inst_facts, summary, links, segments)
 

@@ -230,7 +230,7 @@ class DecodeRun:
                     return False  # it might fit step by step: let the scheduler decide
                 waiting.popleft()
                 continue
-            if inst.prefix_cache is not None or inst.k + len(chunks) >= inst.row_capacity:
+            if inst.kv.caches_prefixes or inst.k + len(chunks) >= inst.row_capacity:
                 return False
             n = inst.chunk_tokens(req, budget)
             if n <= 0 or req.num_computed + n < req.seq_tokens:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import math
 from array import array
-from collections import OrderedDict
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -20,7 +19,8 @@ import numpy as np
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
 from pdsim.engine.decode_run import DecodeRun, FreshRows, plan_decode_run
 from pdsim.engine.events import StepEnd, step_end_priority, succeed_first
-from pdsim.engine.kvcache import BlockPool, KVLayout
+from pdsim.engine.kv_manager import KVManager
+from pdsim.engine.kvcache import KVLayout
 from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
 from pdsim.perf.base import StepBatch
 from pdsim.perf.build import build_step_time_model
@@ -65,12 +65,19 @@ class Instance:
         self.max_batched_tokens = sched.max_num_batched_tokens
         self.chunked = sched.enable_chunked_prefill
         self.long_prefill_threshold = sched.long_prefill_token_threshold
-        self.layout = KVLayout.from_config(cfg, sched.block_size)
-        self.pool = BlockPool(cfg.num_blocks(role))
         self.step_model = build_step_time_model(cfg, role)
         self.lookahead = cfg.num_prefill_lookahead_tokens  # the shared contract
         self.n_spec = cfg.speculative.num_speculative_tokens if role is not Role.PREFILL else 0
-        self.max_fit_tokens = self._max_fit_tokens()
+        hash_block = sim.specs.hash_block_tokens
+        self.kv = KVManager(KVLayout.from_config(cfg, sched.block_size), cfg.num_blocks(role),
+                            sched.enable_prefix_caching and role is not Role.DECODE,
+                            hash_block if hash_block is not None else sched.block_size,
+                            self.lookahead)
+        # the manager's pool and layout, read on every step
+        self.pool = self.kv.pool
+        self.layout = self.kv.layout
+        # the longest request whose KV (plus its sampled token and drafts) fits the pool
+        self.max_fit_tokens = self.kv.max_fit_tokens(1 + self.n_spec)
         self.decodes = role is not Role.PREFILL
         self.multi_module = cfg.use_multi_module_mtp
         self.num_modules = cfg.num_drafter_modules
@@ -124,20 +131,6 @@ class Instance:
                       self.akey, self.adraw, self.surv)
         self.arange_n = np.arange(n)
 
-        # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
-        # the workload's hash blocks; P and colocated instances only
-        self.prefix_cache: OrderedDict[int, None] | None = None
-        hash_block = sim.specs.meta.get("hash_block_tokens", sched.block_size)
-        self.hash_block_tokens = int(hash_block) if isinstance(hash_block, int) \
-            else sched.block_size
-        if sched.enable_prefix_caching and role is not Role.DECODE:
-            self.prefix_cache = OrderedDict()
-            self.prefix_capacity = max(1, self.pool.num_blocks * sched.block_size
-                                       // self.hash_block_tokens)
-        # never cache the last lookahead-1 prompt tokens: the drafter re-prefills them
-        self.uncacheable_tail = max(0, self.lookahead - 1)
-        self.prefix_hit_tokens = 0
-        self.prefix_query_tokens = 0
         self.up = True
         self.epoch = 0  # bumped when the instance goes down, voiding the step in progress
         # decode runs (``decode_run``): the one being followed, the event that resumes the
@@ -157,22 +150,6 @@ class Instance:
         self.step_log = array("d")
         self.busy_s = 0.0
         self.preemptions = 0
-
-    def _max_fit_tokens(self) -> int:
-        """The longest request (tokens, before its sampled token and first drafts) whose
-        KV fits in the whole pool; -1 if none. Block counts only grow with tokens, so a
-        binary search finds it."""
-        room = 1 + self.n_spec
-        lo, hi = -1, 1
-        while self.layout.blocks_for(hi + room) <= self.pool.num_blocks:
-            lo, hi = hi, 2 * hi
-        while hi - lo > 1:  # blocks_for(lo + room) fits (or lo == -1), hi's does not
-            mid = (lo + hi) // 2
-            if self.layout.blocks_for(mid + room) <= self.pool.num_blocks:
-                lo = mid
-            else:
-                hi = mid
-        return lo
 
     # ------------------------------------------------------------------ intake
 
@@ -257,8 +234,7 @@ class Instance:
         self.receiving.clear()
         self.waiting.clear()
         self.pinned.clear()
-        if self.prefix_cache is not None:
-            self.prefix_cache.clear()
+        self.kv.clear()
         self.notify()
         return served, pinned
 
@@ -443,6 +419,7 @@ class Instance:
 
         skipped: list[Request] = []
         waiting = self.waiting
+        caches_prefixes = self.kv.caches_prefixes
         while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = waiting.popleft()
             if self.awaits_remote_kv(req):
@@ -451,8 +428,8 @@ class Instance:
                     break
                 continue
             hit = 0
-            if self.prefix_cache is not None and req.num_computed == 0 and req.hash_ids:
-                hit = self._prefix_hit(req)
+            if caches_prefixes and req.num_computed == 0 and req.hash_ids:
+                hit = self.kv.prefix_hit(req)
                 req.num_computed = hit
             n = self.chunk_tokens(req, budget)
             if n <= 0:
@@ -464,10 +441,8 @@ class Instance:
                 req.num_computed -= hit
                 waiting.appendleft(req)
                 break
-            if self.prefix_cache is not None:
-                self.prefix_query_tokens += req.seq_tokens
-                self.prefix_hit_tokens += hit
-                req.prefix_hit_tokens += hit
+            if caches_prefixes:
+                self.kv.count_lookup(req, hit)
             self.start_prefill(req)
             chunks.append((req, n))
             budget -= n
@@ -569,36 +544,9 @@ class Instance:
             req.final_chunk_tokens = n
             self._prefill_done(req, step, now)
 
-    def _cacheable_blocks(self, req: Request) -> int:
-        tokens = min(req.seq_tokens, req.prompt_tokens) - self.uncacheable_tail
-        return max(0, int(tokens) // self.hash_block_tokens)
-
-    def _prefix_hit(self, req: Request) -> int:
-        """Prompt tokens already in this instance's prefix cache (leading whole blocks)."""
-        cache = self.prefix_cache
-        assert cache is not None and req.hash_ids is not None
-        hits = 0
-        for h in req.hash_ids[: self._cacheable_blocks(req)]:
-            if h not in cache:
-                break
-            cache.move_to_end(h)
-            hits += 1
-        # at least one token is computed to produce logits
-        return min(hits * self.hash_block_tokens, int(req.seq_tokens) - 1)
-
-    def _prefix_insert(self, req: Request) -> None:
-        cache = self.prefix_cache
-        if cache is None or not req.hash_ids:
-            return
-        for h in req.hash_ids[: self._cacheable_blocks(req)]:
-            cache[h] = None
-            cache.move_to_end(h)
-        while len(cache) > self.prefix_capacity:
-            cache.popitem(last=False)
-
     def _prefill_done(self, req: Request, step: int, now: float) -> None:
         self.prefilling.remove(req)
-        self._prefix_insert(req)
+        self.kv.prefix_insert(req)
         if self.role is Role.PREFILL:
             self.running.remove(req)
             req.phase = Phase.PINNED
