@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from pdsim._model import StrictModel
+from pdsim.engine_config import EngineConfig
 from pdsim.errors import ConfigError
 from pdsim.faults import FaultsConfig
 from pdsim.perf.config import SimpleStepTimeConfig, StepTimeConfig
@@ -292,6 +293,7 @@ class SimConfig(StrictModel):
     step_time: StepTimeConfig = SimpleStepTimeConfig()
     slo: SLOConfig = SLOConfig()
     faults: FaultsConfig = FaultsConfig()
+    engine: EngineConfig = EngineConfig()
 
     # ---------------------------------------------------------------- derived
 
