@@ -48,13 +48,11 @@ Invariants (after every event):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pdsim.config import Role
-from pdsim.engine.kvcache import BlockPool
 from pdsim.engine.request import Phase, Request, Status
-from pdsim.results import Results, build_results
+from pdsim.results import Results
 from pdsim.simulation import Simulation
 
 if TYPE_CHECKING:
@@ -240,13 +238,14 @@ def _check_queues(sim: Simulation, inst: Instance, homes: dict[int, str],
 
 
 def _check_decode_slots(sim: Simulation, inst: Instance) -> None:
-    used = [s for s, r in enumerate(inst.req_of_slot) if r is not None]
+    rows = inst.rows
+    used = [s for s, r in enumerate(rows.request_of_row) if r is not None]
     if not inst.decodes:
         if used:
             _fail(sim, f"prefill instance {inst.name} has decode slots {used} in use")
         return
-    dense = getattr(inst, "k", None)  # rows 0..k-1 when the engine keeps them dense
-    if dense is not None and used != list(range(dense)):
+    dense = rows.count  # rows 0..count-1: the engine keeps them dense
+    if used != list(range(dense)):
         _fail(sim, f"{inst.name}: decode rows in use {used} are not 0..{dense - 1}")
     n = inst.n_spec
     decoding = {r.id for r in inst.running if r.phase is Phase.DECODE}
@@ -254,7 +253,7 @@ def _check_decode_slots(sim: Simulation, inst: Instance) -> None:
     finished = set(run.finished_rows) if run is not None else set()
     seen: set[int] = set()
     for s in used:
-        req = inst.req_of_slot[s]
+        req = rows.request_of_row[s]
         assert req is not None
         if s in finished:  # finished inside a decode run: vacated when it is committed
             if req.phase is not Phase.DONE or inst.pool.held(req.id):
@@ -265,20 +264,21 @@ def _check_decode_slots(sim: Simulation, inst: Instance) -> None:
         if req.slot != s or req.phase is not Phase.DECODE:
             _fail(sim, f"{inst.name}: slot {s} holds request {req.id} (slot {req.slot}, "
                        f"{req.phase.value})")
-        drafts = int(inst.n_drafts[s])
-        pos = [int(x) for x in inst.acc_pos[s, :n]] if n else []
+        drafts = int(rows.drafts[s])
+        pos = [int(x) for x in rows.accepted_per_pos[s, :n]] if n else []
         _check_spec(sim, f"{inst.name} slot {s} (request {req.id})", drafts, drafts * n,
-                    int(inst.n_acc[s]), pos)
+                    int(rows.accepted_tokens[s]), pos)
         held = inst.pool.held(req.id)
-        if int(inst.blocks[s]) != held:
-            _fail(sim, f"{inst.name}: slot {s} mirrors {int(inst.blocks[s])} blocks, the pool "
-                       f"says request {req.id} holds {held}")
-        if held < inst.layout.blocks_for(int(inst.ctx[s])):
-            _fail(sim, f"{inst.name}: request {req.id} has context {int(inst.ctx[s])} but "
+        if int(rows.blocks_held[s]) != held:
+            _fail(sim, f"{inst.name}: slot {s} mirrors {int(rows.blocks_held[s])} blocks, the "
+                       f"pool says request {req.id} holds {held}")
+        context = int(rows.context_tokens[s])
+        if held < inst.layout.blocks_for(context):
+            _fail(sim, f"{inst.name}: request {req.id} has context {context} but "
                        f"holds only {held} blocks")
-        if int(inst.out[s]) > int(inst.tgt[s]):
-            _fail(sim, f"{inst.name}: request {req.id} emitted {int(inst.out[s])} > target "
-                       f"{int(inst.tgt[s])}")
+        out, target = int(rows.output_tokens[s]), int(rows.target_tokens[s])
+        if out > target:
+            _fail(sim, f"{inst.name}: request {req.id} emitted {out} > target {target}")
     if seen != decoding:
         _fail(sim, f"{inst.name}: decode slots hold {sorted(seen)}, running decodes are "
                    f"{sorted(decoding)}")
@@ -322,11 +322,13 @@ def _row_settling(sim: Simulation, req: Request) -> int | None:
     """Tokens emitted by ``req``'s decode row if the request finished inside the decode
     run being followed and its row waits for the run's commit to be settled; else None."""
     inst = sim.by_name.get(req.d_instance)
-    run = getattr(inst, "active_run", None) if inst is not None else None
-    if run is None or req.slot < 0 or req.slot not in run.finished_rows \
-            or inst.req_of_slot[req.slot] is not req:  # type: ignore[union-attr]
+    if inst is None:
         return None
-    return int(inst.out[req.slot])  # type: ignore[union-attr]
+    run = inst.active_run
+    if run is None or req.slot < 0 or req.slot not in run.finished_rows \
+            or inst.rows.request_of_row[req.slot] is not req:
+        return None
+    return int(inst.rows.output_tokens[req.slot])
 
 
 def _check_timestamps(sim: Simulation, req: Request, now: float) -> None:
@@ -349,8 +351,8 @@ class InvariantChecker:
     """Checks all invariants of one simulation after every event, keeping the history
     the stateful ones need (P-side frees, D admissions, timestamps set once).
 
-    Installing it wraps the simulation's block pools (to count frees per request); create
-    it before the simulation starts.
+    It watches every P instance's frees through the engine's ``blocks_freed`` hook;
+    create it before the simulation starts.
     """
 
     def __init__(self, sim: Simulation) -> None:
@@ -362,9 +364,11 @@ class InvariantChecker:
         self.p_frees: dict[tuple[str, int, int], int] = {}
         self._running: dict[str, set[int]] = {i.name: set() for i in sim.instances}
         self._stamps: dict[tuple[int, int], dict[str, float]] = {}
-        for inst in sim.instances:
-            if inst.role is Role.PREFILL:
-                _count_frees(inst, self._on_p_free)
+        sim.hooks.blocks_freed.append(self._on_free)
+
+    def _on_free(self, inst: Instance, owner: int, had_table: bool) -> None:
+        if inst.role is Role.PREFILL:
+            self._on_p_free(inst, owner, had_table)
 
     def _on_p_free(self, inst: Instance, owner: int, had_table: bool) -> None:
         req = self._by_id.get(owner)
@@ -459,26 +463,6 @@ class InvariantChecker:
                 _fail(sim, f"{inst.name} ends the run with {inst.pool.num_used} blocks in use")
 
 
-def _count_frees(inst: Instance, hook: Callable[[Instance, int, bool], None]) -> None:
-    """Make ``inst.pool`` report every ``free`` to ``hook`` (before freeing).
-
-    ``BlockPool`` has ``__slots__``, so the method is replaced by switching the object's
-    class to a per-run subclass without new slots (same layout).
-    """
-    pool = inst.pool
-    if type(pool) is not BlockPool:  # pragma: no cover - the engine changed its pool
-        raise TypeError(f"{inst.name}.pool is a {type(pool).__name__}, not a BlockPool")
-
-    class CountingPool(BlockPool):
-        __slots__ = ()
-
-        def free(self, owner: int) -> int:
-            hook(inst, owner, owner in self.tables)
-            return BlockPool.free(self, owner)
-
-    pool.__class__ = CountingPool
-
-
 # -------------------------------------------------------------------------- driver
 
 
@@ -488,36 +472,27 @@ def run_checked(cfg: SimConfig, every_event: bool = True,
     """Simulate ``cfg`` one event at a time, checking every invariant after each event
     (or only at the end when ``every_event`` is false); return the run's ``Results``.
 
-    ``Simulation.run`` does its own setup; only the event loop is replaced (its
-    ``env.run(until=...)`` call becomes a stepping loop), so the checked run is the run.
+    The run is ``Simulation.run`` taken apart: ``start``, then ``step`` until every
+    request is done, then ``finalize``, so the checked run is the run.
     Raises ``InvariantViolation`` on the first broken invariant, on a deadlock (no event
     left while requests are in flight) or after ``max_events`` events.
     """
     sim = Simulation(cfg, requests)
     checker = InvariantChecker(sim)
+    sim.start()
     env = sim.env
-
-    def stepping_run(until: Any = None) -> None:
-        while True:
-            if until is not None and hasattr(until, "callbacks"):
-                if until.processed:
-                    return
-            elif until is not None and env.peek() >= until:
-                return
-            if env.peek() == math.inf:
-                _fail(sim, f"deadlock: no event left, {len(sim.requests) - sim.num_done} "
-                           f"requests in flight")
-            env.step()
-            checker.events += 1
-            if every_event:
-                checker.check()
-            if max_events is not None and checker.events > max_events:
-                _fail(sim, f"more than {max_events} events")
-
-    env.run = stepping_run  # type: ignore[method-assign]
-    sim.run()
+    while not sim.done:
+        if env.peek() == math.inf:
+            _fail(sim, f"deadlock: no event left, {len(sim.requests) - sim.num_done} "
+                       f"requests in flight")
+        sim.step()
+        checker.events += 1
+        if every_event:
+            checker.check()
+        if max_events is not None and checker.events > max_events:
+            _fail(sim, f"more than {max_events} events")
     checker.finish()
-    return build_results(sim)
+    return sim.finalize()
 
 
 __all__ = ["TIMESTAMP_ORDER", "InvariantChecker", "InvariantViolation", "check_invariants",

@@ -17,11 +17,15 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
-from pdsim.engine.decode_run import DecodeRun, FreshRows, plan_decode_run
-from pdsim.engine.events import StepEnd, step_end_priority, succeed_first
+from pdsim.engine.decode_advance import DraftParams, blocks_needed, repair_positions
+from pdsim.engine.decode_rows import DecodeRows
+from pdsim.engine.decode_run import DecodeRun, plan_decode_run
+from pdsim.engine.events import LoopResume, StepEnd, step_end_priority
 from pdsim.engine.kv_manager import KVManager
 from pdsim.engine.kvcache import KVLayout
+from pdsim.engine.look_ahead import FreshRows
 from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
+from pdsim.engine.snapshot import InstanceSnapshot
 from pdsim.perf.base import StepBatch
 from pdsim.perf.build import build_step_time_model
 from pdsim.spec_decode.provenance import stale_plan
@@ -31,7 +35,9 @@ if TYPE_CHECKING:
 
     import simpy
 
-    from pdsim.simulation import Simulation
+    from pdsim.engine.cluster import Cluster, EngineHooks
+    from pdsim.spec_decode.acceptance import AcceptanceSampler
+    from pdsim.workload import RequestSpecs
 
 
 def _reached_d(req: Request) -> tuple[float, int]:
@@ -50,11 +56,12 @@ class StepPlan(NamedTuple):
 class Instance:
     """A P, D or colocated engine. Driven by its SimPy process ``run()``."""
 
-    def __init__(self, sim: Simulation, index: int, name: str, role: Role,
-                 group: InstanceGroupConfig) -> None:
-        cfg: SimConfig = sim.config
-        self.sim = sim
-        self.env: simpy.Environment = sim.env
+    def __init__(self, cluster: Cluster, env: simpy.Environment, cfg: SimConfig,
+                 specs: RequestSpecs, sampler: AcceptanceSampler, hooks: EngineHooks,
+                 index: int, name: str, role: Role, group: InstanceGroupConfig) -> None:
+        self.cluster = cluster
+        self.env = env
+        self.hooks = hooks
         self.index = index
         # step ends come after every other event of the same instant, in instance order
         self.step_priority = step_end_priority(index)
@@ -68,28 +75,30 @@ class Instance:
         self.step_model = build_step_time_model(cfg, role)
         self.lookahead = cfg.num_prefill_lookahead_tokens  # the shared contract
         self.n_spec = cfg.speculative.num_speculative_tokens if role is not Role.PREFILL else 0
-        hash_block = sim.specs.hash_block_tokens
+        hash_block = specs.hash_block_tokens
         self.kv = KVManager(KVLayout.from_config(cfg, sched.block_size), cfg.num_blocks(role),
                             sched.enable_prefix_caching and role is not Role.DECODE,
                             hash_block if hash_block is not None else sched.block_size,
                             self.lookahead)
         # the manager's pool and layout, read on every step
         self.pool = self.kv.pool
+        self.pool.on_free = self._blocks_freed
         self.layout = self.kv.layout
         # the longest request whose KV (plus its sampled token and drafts) fits the pool
         self.max_fit_tokens = self.kv.max_fit_tokens(1 + self.n_spec)
         self.decodes = role is not Role.PREFILL
         self.multi_module = cfg.use_multi_module_mtp
-        self.num_modules = cfg.num_drafter_modules
-        self.sampler = sim.acceptance_sampler
-        self.cond = cfg.conditional_acceptance
+        self.sampler = sampler
         stale = cfg.speculative.stale_kv
-        self.beta = stale.sensitivity_per_slot
         self.decay_tokens = stale.decay_tokens
         self.guess_accuracy = stale.residual_guess_accuracy
-        # draft position i is drafted by module i (multi-module) or the one module
         n = max(1, self.n_spec)
-        self.module_of_pos = (np.arange(n) if self.multi_module else np.zeros(n, dtype=np.int64))
+        num_modules = cfg.num_drafter_modules
+        self.draft = DraftParams(
+            self.n_spec, self.multi_module, num_modules, cfg.conditional_acceptance,
+            stale.sensitivity_per_slot, stale.decay_tokens,
+            # draft position i is drafted by module i (multi-module) or the one module
+            np.arange(n) if self.multi_module else np.zeros(n, dtype=np.int64))
 
         # queues
         self.waiting = WaitingQueue()
@@ -100,37 +109,9 @@ class Instance:
         self.lease_timer_armed = False  # the simulation's lease timer for ``pinned``
         self._wake: simpy.Event | None = None
 
-        # decode-phase arrays: rows 0..k-1 hold the k decoding requests (kept dense, so a
-        # step works on views, never on gathered copies)
-        # capacity twice the batch limit: rows finished inside a decode run keep their
-        # slots until it commits, while new rows join behind them
-        s = 2 * self.max_num_seqs
-        self.k = 0
-        self.req_of_slot: list[Request | None] = [None] * s
-        self.ctx = np.zeros(s, dtype=np.int64)
-        self.out = np.zeros(s, dtype=np.int64)
-        self.tgt = np.zeros(s, dtype=np.int64)
-        self.blocks = np.zeros(s, dtype=np.int64)
-        self.seg_first = np.zeros(s, dtype=np.int64)
-        self.n_drafts = np.zeros(s, dtype=np.int64)
-        self.n_acc = np.zeros(s, dtype=np.int64)
-        self.acc_pos = np.zeros((s, n), dtype=np.int64)
-        self.prev_rej = np.zeros(s, dtype=np.int64)
-        # acceptance draws: the request's key, and its verifications before this slot
-        self.akey = np.zeros(s, dtype=np.uint64)
-        self.adraw = np.zeros(s, dtype=np.int64)
-        self.cache_valid = np.zeros(s, dtype=np.int64)
-        self.stale = np.zeros((s, max(1, self.num_modules)), dtype=np.float64)
-        # P(a >= i + 1) per request at its current stale weights (the sampler's input),
-        # refreshed whenever ``stale`` changes
-        self.surv = np.zeros((s, n), dtype=np.float64)
-        self._clean_surv = (self.sampler.clean_survival if self.n_spec
-                            else np.ones(n, dtype=np.float64))
-        self._rows = (self.ctx, self.out, self.tgt, self.blocks, self.seg_first, self.n_drafts,
-                      self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale,
-                      self.akey, self.adraw, self.surv)
-        self.arange_n = np.arange(n)
-
+        # decode rows: capacity twice the batch limit, because rows finished inside a
+        # decode run keep their rows until it commits while new rows join behind them
+        self.rows = DecodeRows(2 * self.max_num_seqs, self.draft, self.sampler)
         self.up = True
         self.epoch = 0  # bumped when the instance goes down, voiding the step in progress
         # decode runs (``decode_run``): the one being followed, the event that resumes the
@@ -138,11 +119,13 @@ class Instance:
         self.active_run: DecodeRun | None = None
         self._run_over: simpy.Event | None = None
         self.max_run_steps = 128
+        self.decode_runs = cfg.engine.decode_runs == "auto"
         # look-aheads of requests entering decode fresh, built for blocks of requests
-        self.fresh_rows = FreshRows(self) if self.n_spec else None
+        self.fresh_rows = FreshRows(
+            self.sampler, self.layout, self.n_spec, self.multi_module,
+            specs.prompt_tokens, specs.output_tokens) if self.n_spec else None
         self.run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
-        self.run_rows = np.arange(s)
-        self.row_capacity = s
+        self.run_rows = np.arange(self.rows.capacity)
         # facts
         # per step: end time, and (start, end, prefill tokens, decode requests, KV blocks
         # used, running, waiting, receiving) as 8 flat doubles: compact at 100k+ steps
@@ -150,6 +133,10 @@ class Instance:
         self.step_log = array("d")
         self.busy_s = 0.0
         self.preemptions = 0
+
+    def _blocks_freed(self, owner: int, had_table: bool) -> None:
+        for hook in self.hooks.blocks_freed:
+            hook(self, owner, had_table)
 
     # ------------------------------------------------------------------ intake
 
@@ -199,7 +186,7 @@ class Instance:
             return  # no longer waiting for it here (e.g. the instance went down)
         self.pool.free(req.id)
         if not recompute:
-            self.sim.fail(req, reason)
+            self.cluster.fail(req, reason)
             self.notify()
             return
         req.phase = Phase.WAITING
@@ -218,8 +205,9 @@ class Instance:
         self.epoch += 1
         last = self.step_count - 1
         served: list[Request] = []
-        while self.k:
-            req = self.req_of_slot[self.k - 1]
+        rows = self.rows
+        while rows.count:
+            req = rows.request_of_row[rows.count - 1]
             assert req is not None
             self._release_slot(req, last)
             served.append(req)
@@ -263,8 +251,8 @@ class Instance:
         """
         env = self.env
         while True:
-            if self.k and self.up and not self.waiting:
-                run = plan_decode_run(self)
+            if self.rows.count and self.up and not self.waiting:
+                run = self._plan_run()
                 if run is not None:
                     yield from self._follow(run)
                     continue
@@ -278,7 +266,7 @@ class Instance:
                 self._wake = None
                 continue
             if not plan.chunks:
-                run = plan_decode_run(self)
+                run = self._plan_run()
                 if run is not None:
                     yield from self._follow(run)
                     continue
@@ -291,11 +279,22 @@ class Instance:
             self.busy_s += dt
             self._complete(plan, start)
 
+    def _plan_run(self) -> DecodeRun | None:
+        """A decode run from here, if runs are on and one may be taken
+        (``plan_decode_run``)."""
+        if not self.decode_runs:
+            return None
+        run = plan_decode_run(self)
+        if run is not None:
+            for hook in self.hooks.run_planned:
+                hook(self, run)
+        return run
+
     def _follow(self, run: DecodeRun) -> Generator[simpy.Event, object, None]:
         """Follow a decode run to its end. The run acts at its boundaries from timer
         callbacks (``DecodeRun.wait_for``); the loop resumes once it has been committed."""
         self.active_run = run
-        self._run_over = over = self.env.event()
+        self._run_over = over = LoopResume(self.env)
         run.wait_for(run.next_stop())
         yield over
 
@@ -310,7 +309,24 @@ class Instance:
         self._run_over = None
         run.commit()
         if over is not None and not over.triggered:
-            succeed_first(over)  # the loop goes on at once, as after a single step
+            over.succeed()  # the loop goes on at once, as after a single step
+
+    def snapshot(self) -> InstanceSnapshot:
+        """The instance's facts so far, as copies: a decode run being followed is
+        committed as far as it got first (its steps so far are facts)."""
+        self.end_run()
+        rows = self.rows
+        live = {}
+        for s in range(rows.count):
+            req = rows.request_of_row[s]
+            if req is not None:
+                live[req.id] = rows.snapshot(s)
+        return InstanceSnapshot(
+            self.index, self.name, self.role.value, self.pool.num_blocks,
+            np.frombuffer(self.step_end_s, dtype=np.float64).copy(),
+            np.frombuffer(self.step_log, dtype=np.float64).reshape(-1, 8).copy(),
+            self.busy_s, self.preemptions, self.kv.prefix_hit_tokens,
+            self.kv.prefix_query_tokens, live)
 
     # --------------------------------------------------------------- schedule
 
@@ -373,23 +389,25 @@ class Instance:
         budget = self.max_batched_tokens
         q = 1 + self.n_spec
         layout, pool = self.layout, self.pool
-        k = self.k
+        rows = self.rows
+        k = rows.count
         if k:
             while True:
-                need = layout.blocks_for_array(self.ctx[:k], q) - self.blocks[:k]
+                need = (blocks_needed(layout, rows.context_tokens[:k], self.n_spec)
+                        - rows.blocks_held[:k])
                 total = int(need.sum()) if need.any() else 0
                 if total <= pool.num_free:
                     break
                 if not self._reclaim_waiting_kv() and not self._preempt_tail():
                     break
-                k = self.k
+                k = rows.count
             if total:
                 for s in np.flatnonzero(need > 0).tolist():
                     extra = int(need[s])
-                    req = self.req_of_slot[s]
+                    req = rows.request_of_row[s]
                     assert req is not None
                     if pool.allocate(req.id, extra):
-                        self.blocks[s] += extra
+                        rows.blocks_held[s] += extra
             budget -= k * q
 
         chunks: list[tuple[Request, int]] = []
@@ -415,7 +433,7 @@ class Instance:
             pool.allocate(req.id, extra)
             chunks.append((req, n))
             budget -= n
-        k = self.k
+        k = rows.count
 
         skipped: list[Request] = []
         waiting = self.waiting
@@ -457,8 +475,9 @@ class Instance:
             prefill_tokens += n
             pairs += n * (req.num_computed + (n + 1) / 2)
         if k:
-            ctx_sum = int(self.ctx[:k].sum())
-            repair = int(np.maximum(self.prev_rej[:k] - 1, 0).sum()) if self.n_spec else 0
+            ctx_sum = int(rows.context_tokens[:k].sum())
+            repair = (int(repair_positions(rows.rejected_last_step[:k]).sum()) if self.n_spec
+                      else 0)
         else:
             ctx_sum = repair = 0
         batch = StepBatch(prefill_tokens, pairs, k, k * q, ctx_sum, repair)
@@ -487,7 +506,7 @@ class Instance:
             return False
         req.phase = Phase.WAITING_FOR_REMOTE_KVS
         self.receiving[req.id] = req
-        self.sim.start_kv_transfer(req, self)
+        self.cluster.start_kv_transfer(req, self)
         return True
 
     def _preempt_tail(self) -> bool:
@@ -552,7 +571,7 @@ class Instance:
             req.phase = Phase.PINNED
             req.p_end_s = now
             self.pinned[req.id] = req
-            self.sim.on_prefill_done(req, self)
+            self.cluster.on_prefill_done(req, self)
             return
         req.num_output += 1
         if math.isnan(req.first_token_s):
@@ -562,48 +581,16 @@ class Instance:
             self.running.remove(req)
             self.pool.free(req.id)
             req.phase = Phase.DONE
-            self.sim.finish(req)
+            self.cluster.finish(req)
             return
         self._enter_decode(req, step)
 
     def _enter_decode(self, req: Request, step: int) -> None:
-        s = self.k
-        self.k += 1
-        req.slot = s
-        req.phase = Phase.DECODE
-        self.req_of_slot[s] = req
-        self.ctx[s] = req.seq_tokens
-        self.out[s] = req.num_output
-        self.tgt[s] = req.output_target
-        self.blocks[s] = self.pool.held(req.id)
-        self.seg_first[s] = step
-        self.n_drafts[s] = 0
-        self.akey[s] = self.sampler.request_key(req.id)
-        self.adraw[s] = req.num_drafts
-        self.n_acc[s] = 0
-        self.acc_pos[s] = 0
-        self.prev_rej[s] = 0  # the step that ends a prefill rejected nothing
-        if self.multi_module:
-            self.cache_valid[s] = min(self.n_spec - 1, req.final_chunk_tokens)
-        else:
-            self.cache_valid[s] = self.n_spec  # no multi-module re-prefill cache to run dry
         stale = (self._remote_stale_weights(req) if self.n_spec and req.kv_from_remote
                  else None)
-        if stale is None:
-            self.stale[s] = 0.0
-            self.surv[s] = self._clean_surv
-        else:
-            self.stale[s] = stale
-            self._refresh_survival(slice(s, s + 1))
-
-    def _refresh_survival(self, rows: slice) -> None:
-        """Recompute ``surv`` for ``rows`` from their stale weights."""
-        stale = self.stale[rows]
-        if not self.n_spec or not stale.any():
-            self.surv[rows] = self._clean_surv
-            return
-        self.surv[rows] = self.sampler.survival_of(
-            self.cond * np.exp(-self.beta * stale[:, self.module_of_pos]))
+        self.rows.enter(req, step, self.pool.held(req.id), stale)
+        for hook in self.hooks.decode_entered:
+            hook(self, req)
 
     def _remote_stale_weights(self, req: Request) -> list[float] | None:
         """Per drafter module, the stale weight of the slots P left in ``req``'s KV that D
@@ -611,12 +598,12 @@ class Instance:
         for each of P's guesses unless it guessed the real token (one provenance draw
         per guessed slot, in slot order)."""
         plan = stale_plan(req.prompt_tokens - req.p_prompt_tokens,
-                          req.prompt_tokens - req.d_first_local, self.num_modules,
+                          req.prompt_tokens - req.d_first_local, self.draft.num_modules,
                           req.prompt_tokens, self.decay_tokens, self.guess_accuracy)
         if not plan.slots:
             return None
-        draws = iter(self.sim.provenance_draws.take(plan.num_guesses))
-        weights = [0.0] * self.stale.shape[1]
+        draws = iter(self.cluster.provenance_draws.take(plan.num_guesses))
+        weights = [0.0] * self.rows.stale_weight.shape[1]
         added = False
         for m, weight, right_p in plan.slots:
             if right_p is not None and next(draws) < right_p:
@@ -626,119 +613,27 @@ class Instance:
         return weights if added else None
 
     def _release_slot(self, req: Request, last_step: int) -> None:
-        self.settle_slot(req, last_step)
-        self.vacate_slot(req.slot)
+        self.rows.settle(req, last_step, self.index)
+        self.rows.vacate(req.slot)
 
-    def settle_slot(self, req: Request, last_step: int) -> None:
-        """Copy the decode row's counters into ``req`` (its last step in the row given)."""
-        s = req.slot
-        if last_step >= self.seg_first[s]:
-            req.segments.append([self.index, int(self.seg_first[s]), last_step])
-        req.num_output = int(self.out[s])
-        nd = int(self.n_drafts[s])
-        req.num_drafts += nd
-        req.num_draft_tokens += nd * self.n_spec
-        req.num_accepted_tokens += int(self.n_acc[s])
-        if self.n_spec:
-            req.accepted_per_pos += self.acc_pos[s, : self.n_spec]
-
-    def vacate_slot(self, s: int) -> None:
-        """Free decode row ``s``, keeping rows dense (the last row moves into it)."""
-        req = self.req_of_slot[s]
-        assert req is not None
-        last = self.k - 1
-        if s != last:  # keep rows dense: move the last row into the hole
-            for arr in self._rows:
-                arr[s] = arr[last]
-            moved = self.req_of_slot[last]
-            assert moved is not None
-            moved.slot = s
-            self.req_of_slot[s] = moved
-        self.req_of_slot[last] = None
-        self.k = last
-        req.slot = -1
-
-    def vacate_slots(self, slots: list[int]) -> None:
-        """``vacate_slot`` of each of ``slots`` (distinct), highest first: the same rows end
-        up where, moved in one array operation per row array."""
-        k = self.k
-        rows = list(range(k))  # rows[i]: the row now at slot i
-        for s in sorted(slots, reverse=True):
-            k -= 1
-            rows[s] = rows[k]
-            rows.pop()
-        moves = [(i, r) for i, r in enumerate(rows) if i != r]
-        of_slot = self.req_of_slot
-        vacated = [of_slot[s] for s in slots]
-        if moves:
-            dst = [i for i, _ in moves]
-            src = [r for _, r in moves]
-            for arr in self._rows:
-                arr[dst] = arr[src]
-            moved = [of_slot[r] for r in src]
-            for i, req in zip(dst, moved, strict=True):
-                assert req is not None
-                req.slot = i
-                of_slot[i] = req
-        for s in range(k, self.k):
-            of_slot[s] = None
-        for req in vacated:
-            assert req is not None
-            req.slot = -1
-        self.k = k
-
-    def _decode_step(self, k: int, step: int, now: float) -> None:
-        n = self.n_spec
-        out = self.out[:k]
-        if n:
-            stale = self.stale[:k]
-            a = self.sampler.draw(self.akey[:k], self.adraw[:k] + self.n_drafts[:k],
-                                  self.surv[:k])
-            emitted = a + 1
-            self.n_drafts[:k] += 1
-            self.n_acc[:k] += a
-            self.acc_pos[:k] += self.arange_n < a[:, None]
-            if self.multi_module:
-                cache = self.cache_valid[:k]
-                garbage = self.prev_rej[:k] - 1 - cache
-                changed = False
-                if (garbage > 0).any():
-                    # The re-prefill cache is short of entries: the repair recomputes those
-                    # positions from garbage, into every module (module 0 included).
-                    stale += np.maximum(garbage, 0)[:, None]
-                    changed = True
-                if self.decay_tokens is not None:
-                    stale *= np.exp(-emitted / self.decay_tokens)[:, None]
-                    changed = True
-                if changed:
-                    self._refresh_survival(slice(0, k))
-                np.minimum(cache + emitted, n - 1, out=cache)
-                np.subtract(n, a, out=self.prev_rej[:k])
-            out += emitted
-            self.ctx[:k] += emitted
-        else:
-            out += 1
-            self.ctx[:k] += 1
-        tgt = self.tgt[:k]
-        done = out >= tgt
-        if done.any():
-            np.minimum(out, tgt, out=out)
-            # release from the highest row down so moved rows are never revisited
-            for s in np.flatnonzero(done)[::-1].tolist():
-                self.finish_row(s, step, now)
+    def _decode_step(self, num_rows: int, step: int, now: float) -> None:
+        # release from the highest row down so moved rows are never revisited
+        for s in self.rows.apply_step(num_rows):
+            self.finish_row(s, step, now)
 
     def finish_row(self, s: int, step: int, at_s: float, vacate: bool = True,
                    settle: bool = True) -> None:
         """Decode row ``s`` emitted its last token in step ``step``: settle the row into its
         request, free its blocks and finish it at ``at_s``. A decode run keeps the row
         (neither settled nor vacated) until it commits."""
-        req = self.req_of_slot[s]
+        rows = self.rows
+        req = rows.request_of_row[s]
         assert req is not None
         if settle:
-            self.settle_slot(req, step)
+            rows.settle(req, step, self.index)
         if vacate:
-            self.vacate_slot(s)
+            rows.vacate(s)
         self.running.remove(req)
         self.pool.free(req.id)
         req.phase = Phase.DONE
-        self.sim.finish(req, at_s)
+        self.cluster.finish(req, at_s)

@@ -6,6 +6,7 @@ Plain Python, no event loop: the pool can be exercised (and property-tested) alo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +29,7 @@ class BlockPool:
     ``check()`` catches every one.
     """
 
-    __slots__ = ("_free", "_owned", "num_blocks", "tables")
+    __slots__ = ("_free", "_owned", "num_blocks", "on_free", "tables")
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 1:
@@ -38,6 +39,8 @@ class BlockPool:
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
         self._owned = 0  # blocks in tables, as counted by allocate and free
         self.tables: dict[int, list[int]] = {}
+        # an observer told of every ``free`` (owner, whether it held a table), or None
+        self.on_free: Callable[[int, bool], None] | None = None
 
     @property
     def num_free(self) -> int:
@@ -100,6 +103,8 @@ class BlockPool:
     def free(self, owner: int) -> int:
         """Return all of ``owner``'s blocks to the pool; the number freed."""
         table = self.tables.pop(owner, None)
+        if self.on_free is not None:
+            self.on_free(owner, table is not None)
         if table is None:
             return 0
         n = len(table)

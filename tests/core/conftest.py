@@ -15,7 +15,6 @@ import pytest
 
 from pdsim import SimConfig, Simulation
 from pdsim.config import Role
-from pdsim.engine import instance as instance_mod
 from pdsim.engine.request import Request
 
 
@@ -30,23 +29,32 @@ class DecodeEntry:
     kv_from_remote: bool
 
 
+class DecodeEntries(list[DecodeEntry]):
+    """``DecodeEntry`` records of the simulations ``attach``ed, in order."""
+
+    def attach(self, sim: Simulation) -> Simulation:
+        """Record every request entering decode in ``sim`` (through the engine's
+        ``decode_entered`` hook); returns ``sim``."""
+
+        def entered(inst: Any, req: Request) -> None:
+            self.append(DecodeEntry(inst.name, inst.role, req,
+                                    np.array(inst.rows.stale_weight[req.slot],
+                                             dtype=np.float64),
+                                    bool(req.kv_from_remote)))
+
+        sim.hooks.decode_entered.append(entered)
+        return sim
+
+
 @pytest.fixture
-def decode_entries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[DecodeEntry]]:
-    """Records a ``DecodeEntry`` each time a request enters its decode phase.
+def decode_entries() -> Iterator[DecodeEntries]:
+    """Records a ``DecodeEntry`` each time a request enters its decode phase in a
+    simulation given to ``attach``.
 
-    The row is the instance's ``stale[slot]`` right after its first (prefill) step there.
+    The row is the instance's stale weights for the request's row right after its first
+    (prefill) step there.
     """
-    log: list[DecodeEntry] = []
-    original = instance_mod.Instance._enter_decode
-
-    def hooked(self: Any, req: Request, step: int) -> None:
-        original(self, req, step)
-        log.append(DecodeEntry(self.name, self.role, req,
-                               np.array(self.stale[req.slot], dtype=np.float64),
-                               bool(req.kv_from_remote)))
-
-    monkeypatch.setattr(instance_mod.Instance, "_enter_decode", hooked)
-    yield log
+    yield DecodeEntries()
 
 
 @pytest.fixture(scope="session")

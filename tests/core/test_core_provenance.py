@@ -210,7 +210,7 @@ def test_d_stale_state_after_first_step(decode_entries: list[Any], L: int, n: in
                       auto=auto, accuracy=accuracy, colocated=colocated,
                       p_pressure=p_pressure)
     b = reference_backoff(cfg.num_prefill_lookahead_tokens, mamba, auto)
-    sim = Simulation(cfg)
+    sim = decode_entries.attach(Simulation(cfg))
     res = sim.run()
     assert not terminal_problems(res.records)
     assert res.summary["completed"] == 5
@@ -256,7 +256,7 @@ def test_mamba_single_module_guess_reaches_d(decode_entries: list[Any]) -> None:
     cfg = _sim_config(L=300, n=1, block_size=16, chunk=512, mamba=True, push=False,
                       auto=True, accuracy=0.0, colocated=False, p_pressure=False)
     assert d_excess_stale_slots(300, 299, 299, 1)  # the function predicts one guess slot
-    Simulation(cfg).run()
+    decode_entries.attach(Simulation(cfg)).run()
     assert decode_entries and all(e.stale[0] == 1.0 for e in decode_entries)
 
 
