@@ -177,7 +177,7 @@ class DecodeRun:
         joined = self._chunks
         self._chunks = []
         for req, n in joined:  # prompts completed by a mixed step come first, as step by step
-            inst.complete_chunk(req, n, self.base + j, now)
+            inst.scheduler.complete_chunk(req, n, self.base + j, now)
         finished = j in self._finishes
         if finished:
             for s in self._finishes[j]:
@@ -221,27 +221,29 @@ class DecodeRun:
         inst = self.inst
         waiting = inst.waiting
         pool, layout = inst.pool, inst.layout
-        budget = inst.max_batched_tokens - self.rows_decoding.item(j + 1) * self.tokens_per_row
+        sched = inst.scheduler
+        budget = (sched.max_num_batched_tokens
+                  - self.rows_decoding.item(j + 1) * self.tokens_per_row)
         chunks = self._chunks
         prefill, pairs = 0, 0.0  # step j + 1's prefill tokens and attention pairs
-        while waiting and budget > 0 and len(inst.running) < inst.max_num_seqs:
+        while waiting and budget > 0 and len(inst.running) < sched.max_num_seqs:
             req = waiting[0]
-            if inst.awaits_remote_kv(req):
-                if not inst.load_remote_kv(req, reserve=self.reserve):
+            if sched.awaits_remote_kv(req):
+                if not sched.load_remote_kv(req, reserve=self.reserve):
                     return False  # it might fit step by step: let the scheduler decide
                 waiting.popleft()
                 continue
             if inst.kv.caches_prefixes or inst.rows.count + len(chunks) >= inst.rows.capacity:
                 return False
-            n = inst.chunk_tokens(req, budget)
+            n = sched.chunk_tokens(req, budget)
             if n <= 0 or req.num_computed + n < req.seq_tokens:
                 return False  # not one final chunk
-            extra = layout.blocks_for(inst.prefill_target_tokens(req, n)) - pool.held(req.id)
+            extra = layout.blocks_for(sched.prefill_target_tokens(req, n)) - pool.held(req.id)
             if extra > pool.num_free - self.reserve:
                 return False
             waiting.popleft()
             pool.allocate(req.id, extra)
-            inst.start_prefill(req)
+            sched.start_prefill(req)
             chunks.append((req, n))
             budget -= n
             prefill += n
@@ -359,7 +361,7 @@ class DecodeRun:
         self.held_alive -= self.held_at_start.item(s)
         self.alive_cols -= 1
         self.finished_rows.append(s)
-        inst.finish_row(s, self.base + j, self.ends.item(j), vacate=False, settle=False)
+        inst.scheduler.finish_row(s, self.base + j, self.ends.item(j), vacate=False, settle=False)
 
     # ------------------------------------------------------------- commit
 

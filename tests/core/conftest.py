@@ -60,7 +60,7 @@ def decode_entries() -> Iterator[DecodeEntries]:
 @pytest.fixture(scope="session")
 def chunk_of() -> Callable[..., int]:
     """``chunk_of(cfg, role, prompt_tokens, computed, budget)``: the prefill chunk the
-    scheduler of a ``role`` instance picks for a crafted request (``Instance.chunk_tokens``)."""
+    scheduler of a ``role`` instance picks for a crafted request (``Scheduler.chunk_tokens``)."""
     sims: dict[int, tuple[SimConfig, Simulation]] = {}
 
     def chunk(cfg: SimConfig, role: Role, prompt_tokens: int, computed: int,
@@ -72,7 +72,7 @@ def chunk_of() -> Callable[..., int]:
         inst = sim.by_role[role][0]
         req = Request(10**6, 0.0, prompt_tokens, 8, cfg.speculative.num_speculative_tokens)
         req.num_computed = computed
-        return int(inst.chunk_tokens(req, budget))
+        return int(inst.scheduler.chunk_tokens(req, budget))
 
     return chunk
 
@@ -82,7 +82,7 @@ def check_instance(inst: Any) -> None:
     inst.pool.check()
     held = sum(len(t) for t in inst.pool.tables.values())
     assert held == inst.pool.num_used <= inst.pool.num_blocks
-    assert len(inst.running) <= inst.max_num_seqs
+    assert len(inst.running) <= inst.scheduler.max_num_seqs
 
 
 @pytest.fixture
