@@ -105,14 +105,25 @@ def advance(accepted: np.ndarray | None, steps: int, context_tokens: np.ndarray,
     return Terms(by_step, finish_step, context_at_start, need, repair)
 
 
-def run_may_start(rows: DecodeRows, which: slice | int) -> bool:
-    """Whether rows ``which`` may be looked ahead: their acceptance rates stay the same
-    over the coming steps. They change while a multi-module re-prefill cache is short of
-    entries (the repair writes garbage into the drafter's KV) and while stale weights
-    decay."""
+def run_may_start(rows: DecodeRows, count: int) -> bool:
+    """Whether rows ``0..count-1`` may be looked ahead, i.e. a decode run may be taken:
+    their acceptance rates stay the same over the coming steps. They change while a
+    multi-module re-prefill cache is short of entries (the repair writes garbage into the
+    drafter's KV) and while stale weights decay."""
     draft = rows.draft
     n = draft.num_spec_tokens
-    if draft.multi_module and bool((rows.reprefill_cache_valid[which] < n - 1).any()):
+    if draft.multi_module and bool((rows.reprefill_cache_valid[:count] < n - 1).any()):
         return False
     return not (n and draft.decay_tokens is not None
-                and bool(rows.stale_weight[which].any()))
+                and bool(rows.stale_weight[:count].any()))
+
+
+def row_may_run(rows: DecodeRows, row: int) -> bool:
+    """``run_may_start`` for the single row ``row`` (one joining a run), on Python
+    scalars: it is asked once per request."""
+    draft = rows.draft
+    n = draft.num_spec_tokens
+    if draft.multi_module and rows.reprefill_cache_valid.item(row) < n - 1:
+        return False
+    return not (n and draft.decay_tokens is not None
+                and any(rows.stale_weight[row].tolist()))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import simpy
+from simpy.core import BoundClass
 from simpy.events import NORMAL, URGENT, EventPriority
 
 # SimPy's priorities are URGENT 0 and NORMAL 1; an instance's step ends use 2 + its index
@@ -48,6 +49,14 @@ class LoopResume(simpy.Event):
 class EngineEnvironment(simpy.Environment):
     """A SimPy environment that schedules ``StepEnd`` at its own priority and
     ``LoopResume`` as urgent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # SimPy binds its event factories (timeout, event, process, ...) to the instance
+        # for speed, but only those of the instance's own class: bind the base's too
+        for name, obj in vars(simpy.Environment).items():
+            if type(obj) is BoundClass:
+                setattr(self, name, getattr(self, name))
 
     def schedule(self, event: simpy.Event, priority: EventPriority = NORMAL,
                  delay: Any = 0) -> None:

@@ -26,6 +26,7 @@ class KVManager:
         self.pool = BlockPool(num_blocks)
         self.hash_block_tokens = hash_block_tokens
         self.prefix_cache: OrderedDict[int, None] | None = None
+        self.caches_prefixes = prefix_caching
         self.prefix_capacity_blocks = 0
         if prefix_caching:
             self.prefix_cache = OrderedDict()
@@ -35,10 +36,6 @@ class KVManager:
         self.uncacheable_tail_tokens = max(0, lookahead_tokens - 1)
         self.prefix_hit_tokens = 0
         self.prefix_query_tokens = 0
-
-    @property
-    def caches_prefixes(self) -> bool:
-        return self.prefix_cache is not None
 
     def max_fit_tokens(self, room_tokens: int) -> int:
         """The longest request (tokens, before ``room_tokens`` more: its sampled token and

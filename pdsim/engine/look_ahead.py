@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from pdsim.engine.decode_advance import Terms, advance, repair_positions, run_may_start
+from pdsim.engine.decode_advance import (
+    Terms,
+    advance,
+    repair_positions,
+    row_may_run,
+    run_may_start,
+)
 
 if TYPE_CHECKING:
     from pdsim.engine.decode_rows import DecodeRows
@@ -41,7 +47,7 @@ def look_ahead(rows: DecodeRows, layout: KVLayout, count: int, steps: int,
     """The next ``steps`` decode steps of rows ``0..count-1``, or None when they may not
     be looked ahead (``run_may_start``). ``step_index`` is the column 0, 1, 2, ..."""
     which = slice(0, count)
-    if not run_may_start(rows, which):
+    if not run_may_start(rows, count):
         return None
     draft = rows.draft
     n = draft.num_spec_tokens
@@ -95,7 +101,7 @@ def look_ahead_row(rows: DecodeRows, layout: KVLayout, fresh_rows: FreshRows | N
     per request, so its look-ahead's cost is its number of array operations: a row
     entering decode fresh reads it from a table built for a block of requests
     (``fresh_rows``), any other computes it alone, with 1-D draws."""
-    if not run_may_start(rows, row):
+    if not row_may_run(rows, row):
         return None
     draft = rows.draft
     n = draft.num_spec_tokens
