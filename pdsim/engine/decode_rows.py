@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pdsim.engine.decode_advance import DraftParams
+from pdsim.engine.decode_advance import DraftParams, emitted_tokens, rejected_drafts
 from pdsim.engine.request import Phase, Request
 
 if TYPE_CHECKING:
@@ -130,26 +130,26 @@ class DecodeRows:
 
     # ------------------------------------------------------------------ apply
 
-    def apply_step(self, k: int) -> list[int]:
-        """One decode step of rows ``0..k-1`` (those the step was planned with; rows that
+    def apply_step(self, num_rows: int) -> list[int]:
+        """One decode step of rows ``0..num_rows-1`` (those the step was planned with; rows that
         entered since sit behind them): draw their accepted drafts, emit, update the
         speculative state. Returns the rows whose requests emitted their last token,
         highest first (release them in that order: moved rows are never revisited)."""
         draft = self.draft
         n = draft.num_spec_tokens
-        out = self.output_tokens[:k]
+        out = self.output_tokens[:num_rows]
         if n:
-            stale = self.stale_weight[:k]
-            accepted = self.sampler.draw(self.draw_key[:k],
-                                         self.drafts_before[:k] + self.drafts[:k],
-                                         self.survival[:k])
-            emitted = accepted + 1
-            self.drafts[:k] += 1
-            self.accepted_tokens[:k] += accepted
-            self.accepted_per_pos[:k] += self.draft_positions < accepted[:, None]
+            stale = self.stale_weight[:num_rows]
+            accepted = self.sampler.draw(self.draw_key[:num_rows],
+                                         self.drafts_before[:num_rows] + self.drafts[:num_rows],
+                                         self.survival[:num_rows])
+            emitted = emitted_tokens(accepted)
+            self.drafts[:num_rows] += 1
+            self.accepted_tokens[:num_rows] += accepted
+            self.accepted_per_pos[:num_rows] += self.draft_positions < accepted[:, None]
             if draft.multi_module:
-                cache = self.reprefill_cache_valid[:k]
-                garbage = self.rejected_last_step[:k] - 1 - cache
+                cache = self.reprefill_cache_valid[:num_rows]
+                garbage = self.rejected_last_step[:num_rows] - 1 - cache
                 changed = False
                 if (garbage > 0).any():
                     # The re-prefill cache is short of entries: the repair recomputes those
@@ -160,15 +160,15 @@ class DecodeRows:
                     stale *= np.exp(-emitted / draft.decay_tokens)[:, None]
                     changed = True
                 if changed:
-                    self.refresh_survival(slice(0, k))
+                    self.refresh_survival(slice(0, num_rows))
                 np.minimum(cache + emitted, n - 1, out=cache)
-                np.subtract(n, accepted, out=self.rejected_last_step[:k])
+                self.rejected_last_step[:num_rows] = rejected_drafts(n, accepted)
             out += emitted
-            self.context_tokens[:k] += emitted
+            self.context_tokens[:num_rows] += emitted
         else:
             out += 1
-            self.context_tokens[:k] += 1
-        target = self.target_tokens[:k]
+            self.context_tokens[:num_rows] += 1
+        target = self.target_tokens[:num_rows]
         done = out >= target
         if not done.any():
             return []
@@ -240,11 +240,11 @@ class DecodeRows:
     def vacate_many(self, rows: list[int]) -> None:
         """``vacate`` of each of ``rows`` (distinct), highest first: the same rows end up
         where, moved in one array operation per array."""
-        k = self.count
-        order = list(range(k))  # order[i]: the row now at i
+        left = self.count
+        order = list(range(left))  # order[i]: the row now at i
         for s in sorted(rows, reverse=True):
-            k -= 1
-            order[s] = order[k]
+            left -= 1
+            order[s] = order[left]
             order.pop()
         moves = [(i, r) for i, r in enumerate(order) if i != r]
         of_row = self.request_of_row
@@ -259,12 +259,12 @@ class DecodeRows:
                 assert req is not None
                 req.slot = i
                 of_row[i] = req
-        for s in range(k, self.count):
+        for s in range(left, self.count):
             of_row[s] = None
         for req in vacated:
             assert req is not None
             req.slot = -1
-        self.count = k
+        self.count = left
 
     # --------------------------------------------------------------- snapshot
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pdsim.engine.events import StepEnd
-from pdsim.engine.look_ahead import Ahead, look_ahead, look_ahead_row
+from pdsim.engine.look_ahead import Ahead, look_ahead_row
 from pdsim.engine.request import Request
 from pdsim.perf.base import StepBatch, decode_step_times_s
 
@@ -49,7 +49,7 @@ class DecodeRun:
     """The planned steps of one decode run and how far the instance has followed them.
 
     Steps are indexed 0..num_steps-1 from the run's start; boundary ``j`` is the end of
-    step ``j``; ``cur`` is the last boundary reached. Columns of the (steps x columns)
+    step ``j``; ``reached`` is the last boundary reached. Columns of the (steps x columns)
     arrays are the instance's decode rows: those it had at the start, then the rows that
     joined, in order. Per column: accepted drafts per step (``accepted``), tokens emitted
     by the end of each step (``emitted_by_step``), whether it decodes in each step
@@ -69,8 +69,8 @@ class DecodeRun:
         self.tokens_per_row = 1 + inst.n_spec
         self.num_steps = steps
         self.max_steps = max_steps  # how far joining rows may extend the run
-        self.t0 = inst.env.now
-        self.base = inst.step_count
+        self.start_s = inst.env.now
+        self.first_step = inst.step_count
         # per step: decode rows, their context, drafter repair, prefill chunks, times
         self.rows_decoding = ahead.rows_decoding
         self.context_sum = ahead.context_sum
@@ -82,14 +82,14 @@ class DecodeRun:
         self.ends = np.zeros(0)  # absolute end times of steps 0..num_steps-1
         # per column, with room for rows that join (grown on demand)
         cap = min(inst.rows.capacity, count + self.join_room)
-        self.ncols = count
+        self.num_cols = count
         accepted, finish_step = ahead.accepted, ahead.finish_step
-        self.accepted = _widen(accepted, cap) if accepted is not None else None
-        self.emitted_by_step = _widen(ahead.emitted_by_step, cap)
-        self.decoding = _widen(ahead.decoding, cap)
-        self.blocks_needed = _widen(ahead.blocks_needed, cap)
-        self.finish_step = _widen(finish_step, cap, window)
-        self.held_at_start = _widen(inst.rows.blocks_held[:count], cap)
+        self.accepted = widen(accepted, cap) if accepted is not None else None
+        self.emitted_by_step = widen(ahead.emitted_by_step, cap)
+        self.decoding = widen(ahead.decoding, cap)
+        self.blocks_needed = widen(ahead.blocks_needed, cap)
+        self.finish_step = widen(finish_step, cap, window)
+        self.held_at_start = widen(inst.rows.blocks_held[:count], cap)
         # blocks the unfinished columns held
         self.held_alive = int(self.held_at_start[:count].sum())
         self.alive_cols = count
@@ -102,9 +102,9 @@ class DecodeRun:
         self._finish_steps = sorted(self._finishes)
         self._chunks: list[tuple[Request, int]] = []  # admitted for step cur + 1
         self.finished_rows: list[int] = []
-        self.cur = -1
+        self.reached = -1
         self.target = -1
-        self.dirty = steps  # first boundary with an outside change to decoding on
+        self.dirty = steps  # first boundary with an outside change to act on
         self.handling = True  # the instance is acting at a boundary (not waiting)
         self.poked = False  # an outside change came while it was
         self._gen = 0  # bumped when step times change: earlier wake-ups are void
@@ -114,7 +114,7 @@ class DecodeRun:
         # acting, after acting) at each boundary reached
         self._state0 = self._state()
         self._snaps: list[tuple[int, tuple[int, int, int, int], tuple[int, int, int, int]]] = []
-        self.fault_in = inst.cluster.next_fault_after(self.t0) - self.t0
+        self.fault_in = inst.cluster.next_fault_after(self.start_s) - self.start_s
         self._retime(0)
 
     # ------------------------------------------------------------ following
@@ -123,14 +123,14 @@ class DecodeRun:
         """The next boundary the instance must wake at."""
         j = min(self.dirty, self.num_steps - 1)
         fs = self._finish_steps
-        i = bisect.bisect_right(fs, self.cur)
+        i = bisect.bisect_right(fs, self.reached)
         if i < len(fs):
             j = min(j, fs[i])
         return j
 
     def wait_for(self, j: int) -> None:
         """The instance now waits for boundary ``j``."""
-        assert j > self.cur, f"boundary {j} already reached ({self.cur})"
+        assert j > self.reached, f"boundary {j} already reached ({self.reached})"
         self.target = j
         self.handling = False
         if j in self._armed:
@@ -153,11 +153,11 @@ class DecodeRun:
             self.wait_for(self.next_stop())
 
     def poke(self, now: float) -> None:
-        """Something outside changed the instance at ``now``: decoding at the next boundary."""
+        """Something outside changed the instance at ``now``: act at the next boundary."""
         if self.handling:
             self.poked = True  # at a boundary: acted on there, or at the next one
             return
-        j = min(bisect.bisect_left(self.ends, now, self.cur + 1), self.num_steps - 1)
+        j = min(bisect.bisect_left(self.ends, now, self.reached + 1), self.num_steps - 1)
         self.dirty = min(self.dirty, j)
         if j < self.target:
             self.wait_for(j)
@@ -166,18 +166,18 @@ class DecodeRun:
         """Count the steps that ended by ``now`` as reached (they needed no action: the
         instance wakes at every boundary that does), so a commit includes them."""
         reached = bisect.bisect_right(self.ends, now) - 1
-        self.cur = max(self.cur, min(reached, self.next_stop() - 1))
+        self.reached = max(self.reached, min(reached, self.next_stop() - 1))
 
     def at_boundary(self, j: int) -> bool:
-        """The instance reached boundary ``j``: apply what step ``j`` finished and decoding as
+        """The instance reached boundary ``j``: apply what step ``j`` finished and act as
         its scheduler would. True when the run ends here."""
         inst = self.inst
-        self.cur = j
+        self.reached = j
         now = self.ends.item(j)
         joined = self._chunks
         self._chunks = []
         for req, n in joined:  # prompts completed by a mixed step come first, as step by step
-            inst.scheduler.complete_chunk(req, n, self.base + j, now)
+            inst.scheduler.complete_chunk(req, n, self.first_step + j, now)
         finished = j in self._finishes
         if finished:
             for s in self._finishes[j]:
@@ -262,7 +262,7 @@ class DecodeRun:
         inst = self.inst
         c = req.slot
         s = j + 1
-        if c != self.ncols or s >= self.max_steps:
+        if c != self.num_cols or s >= self.max_steps:
             return False
         row = look_ahead_row(inst.rows, inst.layout, inst.fresh_rows, c, self.window - s)
         if row is None:
@@ -277,7 +277,7 @@ class DecodeRun:
         # the column, from step s
         if c == self.emitted_by_step.shape[1]:
             self._grow_columns()
-        self.ncols = c + 1
+        self.num_cols = c + 1
         e = s + live
         if row.accepted is not None:
             assert self.accepted is not None
@@ -308,12 +308,12 @@ class DecodeRun:
     def _grow_columns(self) -> None:
         cols = min(self.inst.rows.capacity, 2 * self.emitted_by_step.shape[1])
         if self.accepted is not None:
-            self.accepted = _widen(self.accepted, cols)
-        self.emitted_by_step = _widen(self.emitted_by_step, cols)
-        self.decoding = _widen(self.decoding, cols)
-        self.blocks_needed = _widen(self.blocks_needed, cols)
-        self.finish_step = _widen(self.finish_step, cols, self.window)
-        self.held_at_start = _widen(self.held_at_start, cols)
+            self.accepted = widen(self.accepted, cols)
+        self.emitted_by_step = widen(self.emitted_by_step, cols)
+        self.decoding = widen(self.decoding, cols)
+        self.blocks_needed = widen(self.blocks_needed, cols)
+        self.finish_step = widen(self.finish_step, cols, self.window)
+        self.held_at_start = widen(self.held_at_start, cols)
 
     def _retime(self, lo: int) -> None:
         """Price the (pure-decode) steps from ``lo`` on again and move their ends."""
@@ -345,9 +345,9 @@ class DecodeRun:
         m = self.num_steps
         ends = self.ends_rel
         if ends[m - 1] > self.fault_in:
-            self.num_steps = m = max(self.cur + 1, int(ends[:m].searchsorted(
+            self.num_steps = m = max(self.reached + 1, int(ends[:m].searchsorted(
                 self.fault_in, side="right")))
-        self.ends = ends[:m] + self.t0
+        self.ends = ends[:m] + self.start_s
         if lo:
             self._gen += 1
             self._armed.clear()
@@ -361,19 +361,20 @@ class DecodeRun:
         self.held_alive -= self.held_at_start.item(s)
         self.alive_cols -= 1
         self.finished_rows.append(s)
-        inst.scheduler.finish_row(s, self.base + j, self.ends.item(j), vacate=False, settle=False)
+        inst.scheduler.finish_row(s, self.first_step + j, self.ends.item(j), vacate=False,
+                                  settle=False)
 
     # ------------------------------------------------------------- commit
 
     def commit(self) -> None:
         """Apply the steps up to the last boundary reached to the rows, the pool and the
         step log; settle the finished rows into their requests and vacate them."""
-        m = self.cur + 1
+        m = self.reached + 1
         if m <= 0:
             return
         inst = self.inst
         rows = inst.rows
-        cols = self.ncols
+        cols = self.num_cols
         finish_step = self.finish_step[:cols]
         held_at_start = self.held_at_start[:cols]
         decoding = self.decoding[:m, :cols]
@@ -398,7 +399,7 @@ class DecodeRun:
         for s in finished:  # their requests finished in the run: settle, then vacate
             req = rows.request_of_row[s]
             assert req is not None
-            rows.settle(req, self.base + self.finish_step.item(s), inst.index)
+            rows.settle(req, self.first_step + self.finish_step.item(s), inst.index)
         rows.vacate_many(finished)
         inst.busy_s += float(self.ends_rel[m - 1])
 
@@ -406,13 +407,13 @@ class DecodeRun:
         """Per step: start, end, prefill tokens, decode rows, KV blocks in use, running,
         waiting and receiving after the step, as step by step logs them."""
         inst = self.inst
-        cols = self.ncols
+        cols = self.num_cols
         # still running after step j
         alive = decoding & (inst.run_steps[:m] < self.finish_step[:cols])
         log = np.empty((m, 8))
         log[:, 1] = self.ends_rel[:m]
-        log[:, 1] += self.t0
-        log[0, 0] = self.t0
+        log[:, 1] += self.start_s
+        log[0, 0] = self.start_s
         log[1:, 0] = log[:-1, 1]
         log[:, 2] = self.prefill[:m]
         log[:, 3] = self.rows_decoding[:m]
@@ -433,40 +434,10 @@ class DecodeRun:
         inst.step_log.frombytes(log.tobytes())
 
 
-def _widen(arr: np.ndarray, cols: int, fill: int = 0) -> np.ndarray:
+def widen(arr: np.ndarray, cols: int, fill: int = 0) -> np.ndarray:
     """``arr`` (columns, or steps x columns) in an array of ``cols`` columns, the rest
     ``fill``: room for joining columns."""
     shape = (*arr.shape[:-1], cols)
     out = np.full(shape, fill, dtype=arr.dtype) if fill else np.zeros(shape, dtype=arr.dtype)
     out[..., : arr.shape[-1]] = arr
     return out
-
-
-def plan_decode_run(inst: Instance) -> DecodeRun | None:
-    """Plan the instance's next decode steps, or None when they cannot be planned.
-
-    Call it only where the scheduler would take a pure-decode step now (it has just
-    planned one, or nothing waits). Not planned: no decode rows, a prefill running,
-    per-request acceptance rates that would change over the steps (a multi-module
-    re-prefill cache short of entries, decaying stale weights), too few free blocks for
-    even one step.
-    """
-    count = inst.rows.count
-    if not count or inst.prefilling or not inst.decodes:
-        return None
-    window = inst.max_run_steps
-    ahead = look_ahead(inst.rows, inst.layout, count, window, inst.run_steps)
-    if ahead is None:
-        return None
-    # never past the step in which the last row finishes (no empty steps) unless rows
-    # join; never past a block shortage
-    max_steps = window
-    limit = min(window, int(ahead.finish_step.max()) + 1)
-    need_total = ahead.blocks_needed.sum(axis=1)
-    capacity = inst.pool.num_free + int(inst.rows.blocks_held[:count].sum())
-    if need_total[limit - 1] > capacity:
-        limit = max_steps = int(np.searchsorted(need_total, capacity, side="right"))
-        if limit == 0:
-            return None
-    run = DecodeRun(inst, limit, max_steps, ahead)
-    return run if run.num_steps > 0 else None

@@ -18,12 +18,13 @@ import numpy as np
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
 from pdsim.engine.decode_advance import DraftParams
 from pdsim.engine.decode_rows import DecodeRows
-from pdsim.engine.decode_run import DecodeRun, plan_decode_run
+from pdsim.engine.decode_run import DecodeRun
 from pdsim.engine.events import LoopResume, StepEnd, step_end_priority
 from pdsim.engine.kv_manager import KVManager
 from pdsim.engine.kvcache import KVLayout
 from pdsim.engine.look_ahead import FreshRows
 from pdsim.engine.request import Phase, Request
+from pdsim.engine.run_plan import plan_decode_run
 from pdsim.engine.scheduler import Scheduler, StepPlan
 from pdsim.engine.snapshot import InstanceSnapshot
 from pdsim.perf.build import build_step_time_model
@@ -266,10 +267,7 @@ class Instance:
             self._complete(plan, start)
 
     def _plan_run(self) -> DecodeRun | None:
-        """A decode run from here, if runs are on and one may be taken
-        (``plan_decode_run``)."""
-        if not self.decode_runs:
-            return None
+        """A decode run from here, if one may be taken (``plan_decode_run``)."""
         run = plan_decode_run(self)
         if run is not None:
             for hook in self.hooks.run_planned:

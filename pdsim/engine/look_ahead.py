@@ -15,7 +15,6 @@ from pdsim.engine.decode_advance import (
     advance,
     repair_positions,
     row_may_run,
-    run_may_start,
 )
 
 if TYPE_CHECKING:
@@ -43,12 +42,10 @@ class Ahead(NamedTuple):
 
 
 def look_ahead(rows: DecodeRows, layout: KVLayout, count: int, steps: int,
-               step_index: np.ndarray) -> Ahead | None:
-    """The next ``steps`` decode steps of rows ``0..count-1``, or None when they may not
-    be looked ahead (``run_may_start``). ``step_index`` is the column 0, 1, 2, ..."""
+               step_index: np.ndarray) -> Ahead:
+    """The next ``steps`` decode steps of rows ``0..count-1``, which may be looked ahead
+    (``run_may_start``). ``step_index`` is the column 0, 1, 2, ..."""
     which = slice(0, count)
-    if not run_may_start(rows, count):
-        return None
     draft = rows.draft
     n = draft.num_spec_tokens
     accepted: np.ndarray | None = None

@@ -126,20 +126,20 @@ class Scheduler:
 
     def schedule(self) -> StepPlan | None:
         budget = self.max_num_batched_tokens
-        q = 1 + self.n_spec
+        tokens_per_row = 1 + self.n_spec
         layout, pool = self.layout, self.pool
         rows = self.rows
-        k = rows.count
-        if k:
+        num_rows = rows.count
+        if num_rows:
             while True:
-                need = (blocks_needed(layout, rows.context_tokens[:k], self.n_spec)
-                        - rows.blocks_held[:k])
+                need = (blocks_needed(layout, rows.context_tokens[:num_rows], self.n_spec)
+                        - rows.blocks_held[:num_rows])
                 total = int(need.sum()) if need.any() else 0
                 if total <= pool.num_free:
                     break
                 if not self.reclaim_waiting_kv() and not self.preempt_tail():
                     break
-                k = rows.count
+                num_rows = rows.count
             if total:
                 for s in np.flatnonzero(need > 0).tolist():
                     extra = int(need[s])
@@ -147,7 +147,7 @@ class Scheduler:
                     assert req is not None
                     if pool.allocate(req.id, extra):
                         rows.blocks_held[s] += extra
-            budget -= k * q
+            budget -= num_rows * tokens_per_row
 
         chunks: list[tuple[Request, int]] = []
         for req in list(self.prefilling):
@@ -172,7 +172,7 @@ class Scheduler:
             pool.allocate(req.id, extra)
             chunks.append((req, n))
             budget -= n
-        k = rows.count
+        num_rows = rows.count
 
         skipped: list[Request] = []
         waiting = self.waiting
@@ -206,21 +206,21 @@ class Scheduler:
         for req in reversed(skipped):
             waiting.appendleft(req)
 
-        if not chunks and not k:
+        if not chunks and not num_rows:
             return None
         prefill_tokens = 0
         pairs = 0.0
         for req, n in chunks:
             prefill_tokens += n
             pairs += n * (req.num_computed + (n + 1) / 2)
-        if k:
-            ctx_sum = int(rows.context_tokens[:k].sum())
-            repair = (int(repair_positions(rows.rejected_last_step[:k]).sum()) if self.n_spec
-                      else 0)
-        else:
-            ctx_sum = repair = 0
-        batch = StepBatch(prefill_tokens, pairs, k, k * q, ctx_sum, repair)
-        return StepPlan(chunks, k, batch)
+        context_sum = repair = 0
+        if num_rows:
+            context_sum = int(rows.context_tokens[:num_rows].sum())
+            if self.n_spec:
+                repair = int(repair_positions(rows.rejected_last_step[:num_rows]).sum())
+        batch = StepBatch(prefill_tokens, pairs, num_rows, num_rows * tokens_per_row,
+                          context_sum, repair)
+        return StepPlan(chunks, num_rows, batch)
 
     def start_prefill(self, req: Request) -> None:
         """``req`` was admitted with its first chunk (its blocks allocated)."""

@@ -68,7 +68,7 @@ def assert_same_records(cfg: SimConfig, monkeypatch: pytest.MonkeyPatch) -> int:
         np.testing.assert_array_equal(fi.step_log[:, 2:], si.step_log[:, 2:], err_msg=fi.name)
         assert math.isclose(fi.busy_s, si.busy_s, rel_tol=1e-9), fi.name
     assert fast.segments == slow.segments
-    return sum(run.cur + 1 for run in runs)
+    return sum(run.reached + 1 for run in runs)
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -107,7 +107,7 @@ def test_runs_that_outgrow_their_join_room_run_the_same(
     original = DecodeRun._grow_columns
 
     def counting(self: DecodeRun) -> None:
-        grown.append(self.ncols)
+        grown.append(self.num_cols)
         original(self)
 
     monkeypatch.setattr(DecodeRun, "join_room", 1)
