@@ -102,12 +102,19 @@ class DecodeRun:
         self._finish_steps = sorted(self._finishes)
         self._chunks: list[tuple[Request, int]] = []  # admitted for step cur + 1
         self.finished_rows: list[int] = []
-        self.reached = -1
+        # Following the run. The instance is either acting at a boundary (``handling``:
+        # from planning to the first wait, and inside ``at_boundary``) or waiting for
+        # ``target`` (a wake-up armed at its end time). An outside change while waiting
+        # moves ``dirty`` (the first boundary to act on it) and, if earlier, the target;
+        # one while acting sets ``poked`` (acted on at this boundary if it has not acted
+        # yet, else at the next). Re-pricing steps bumps ``_gen``, voiding wake-ups armed
+        # for the old end times (``_armed``: the boundaries with a live wake-up).
+        self.reached = -1  # the last boundary reached
         self.target = -1
-        self.dirty = steps  # first boundary with an outside change to act on
-        self.handling = True  # the instance is acting at a boundary (not waiting)
-        self.poked = False  # an outside change came while it was
-        self._gen = 0  # bumped when step times change: earlier wake-ups are void
+        self.dirty = steps
+        self.handling = True
+        self.poked = False
+        self._gen = 0
         self._armed: set[int] = set()
         # queue depths, blocks held outside the columns and running requests that are not
         # decoding columns, for the step log: at the start, then (boundary, before
@@ -260,50 +267,50 @@ class DecodeRun:
         it a column from step ``j + 1`` and re-price the steps. False if it cannot be one
         (the run must end here)."""
         inst = self.inst
-        c = req.slot
-        s = j + 1
-        if c != self.num_cols or s >= self.max_steps:
+        col = req.slot
+        first = j + 1
+        if col != self.num_cols or first >= self.max_steps:
             return False
-        row = look_ahead_row(inst.rows, inst.layout, inst.fresh_rows, c, self.window - s)
+        row = look_ahead_row(inst.rows, inst.layout, inst.fresh_rows, col, self.window - first)
         if row is None:
             return False
-        # its finishing step from s, and the steps it decodes
-        f, live = row.finish_step, len(row.context_at_start)
-        held = int(inst.rows.blocks_held[c])
-        steps_new = min(self.max_steps, max(self.num_steps, s + f + 1))
-        grow = int(row.blocks_needed[min(steps_new - 1 - s, live - 1)]) - held
+        # its finishing step counted from its first, and the steps it decodes
+        finish_in, live = row.finish_step, len(row.context_at_start)
+        held = int(inst.rows.blocks_held[col])
+        steps_new = min(self.max_steps, max(self.num_steps, first + finish_in + 1))
+        grow = int(row.blocks_needed[min(steps_new - 1 - first, live - 1)]) - held
         if grow > inst.pool.num_free - self.reserve:
             return False
-        # the column, from step s
-        if c == self.emitted_by_step.shape[1]:
+        # the column, from its first step
+        if col == self.emitted_by_step.shape[1]:
             self._grow_columns()
-        self.num_cols = c + 1
-        e = s + live
+        self.num_cols = col + 1
+        end = first + live
         if row.accepted is not None:
             assert self.accepted is not None
-            self.accepted[s:e, c] = row.accepted[:live]
-        self.emitted_by_step[s:e, c] = row.emitted_by_step[:live]
-        self.decoding[s:e, c] = True
-        self.blocks_needed[s:e, c] = row.blocks_needed
-        self.blocks_needed[e:, c] = row.blocks_needed[-1]  # kept after it finishes
-        self.finish_step[c] = s + f
-        self.held_at_start[c] = held
+            self.accepted[first:end, col] = row.accepted[:live]
+        self.emitted_by_step[first:end, col] = row.emitted_by_step[:live]
+        self.decoding[first:end, col] = True
+        self.blocks_needed[first:end, col] = row.blocks_needed
+        self.blocks_needed[end:, col] = row.blocks_needed[-1]  # kept after it finishes
+        self.finish_step[col] = first + finish_in
+        self.held_at_start[col] = held
         self.held_alive += held
         self.alive_cols += 1
         self.reserve += grow
-        if s + f < steps_new:
-            if s + f not in self._finishes:
-                bisect.insort(self._finish_steps, s + f)
-            self._finishes.setdefault(s + f, []).insert(0, c)
+        if first + finish_in < steps_new:
+            if first + finish_in not in self._finishes:
+                bisect.insort(self._finish_steps, first + finish_in)
+            self._finishes.setdefault(first + finish_in, []).insert(0, col)
         # the steps it takes part in
-        self.rows_decoding[s:e] += 1
-        self.context_sum[s:e] += row.context_at_start
-        self.repair[s] += row.repair_first
+        self.rows_decoding[first:end] += 1
+        self.context_sum[first:end] += row.context_at_start
+        self.repair[first] += row.repair_first
         if row.repair_after is not None:
-            self.repair[s + 1:e] += row.repair_after
+            self.repair[first + 1:end] += row.repair_after
         self.num_steps = steps_new
-        self._retime(s)
-        return self.num_steps > s
+        self._retime(first)
+        return self.num_steps > first
 
     def _grow_columns(self) -> None:
         cols = min(self.inst.rows.capacity, 2 * self.emitted_by_step.shape[1])
