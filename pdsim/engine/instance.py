@@ -1,10 +1,11 @@
-"""One serving instance: a vLLM-v1-style engine loop over a paged KV cache.
+"""One serving instance: the SimPy process that runs a vLLM-v1-style engine's steps.
 
-Each engine step the scheduler builds a batch (running decodes first, then running
-prefill chunks, then FCFS admission from the waiting queue under ``max_num_seqs`` and
-``max_num_batched_tokens``), the step-time model prices it, and after that much simulated
-time the step's results are applied. Decode-phase state lives in numpy arrays indexed by
-slot, so a step costs a fixed number of vectorized operations however large the batch.
+The parts, each owning its state: the ``Scheduler`` (queues; ``schedule() -> StepPlan``,
+``update_from_output``), the ``KVManager`` (block pool, layout, prefix cache) and
+``DecodeRows`` (one row per decoding request). The instance takes requests from the
+cluster, runs the loop (ask for a plan, price it with the step-time model, wait for the
+step's end, apply it; or follow a decode run over many pure-decode steps) and keeps the
+step log. It reaches the cluster only through the ``Cluster`` protocol.
 """
 
 from __future__ import annotations
