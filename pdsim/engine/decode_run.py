@@ -102,20 +102,19 @@ class DecodeRun:
         self._finish_steps = sorted(self._finishes)
         self._chunks: list[tuple[Request, int]] = []  # admitted for step cur + 1
         self.finished_rows: list[int] = []
-        # Following the run. The instance is either acting at a boundary (``handling``:
-        # from planning to the first wait, and inside ``at_boundary``) or waiting for
-        # ``target`` (a wake-up armed at its end time). An outside change while waiting
-        # moves ``dirty`` (the first boundary to act on it) and, if earlier, the target;
-        # one while acting sets ``poked`` (acted on at this boundary if it has not acted
-        # yet, else at the next). Re-pricing steps bumps ``_gen``, voiding wake-ups armed
-        # for the old end times (``_armed``: the boundaries with a live wake-up).
+        # Following the run. The instance either waits for boundary ``target`` (a
+        # wake-up armed at its end time) or acts at a boundary (``target`` None: from
+        # planning to the first wait, and inside ``at_boundary``). An outside change while
+        # it waits moves ``dirty`` (the first boundary to act on it) and, if earlier, the
+        # target; one while it acts sets ``poked`` (acted on at this boundary if it has
+        # not acted yet, else at the next). ``_wakeups`` holds the live wake-up of each
+        # armed boundary; re-pricing the steps clears it, voiding those armed for the old
+        # end times.
         self.reached = -1  # the last boundary reached
-        self.target = -1
+        self.target: int | None = None
         self.dirty = steps
-        self.handling = True
         self.poked = False
-        self._gen = 0
-        self._armed: set[int] = set()
+        self._wakeups: dict[int, object] = {}
         # queue depths, blocks held outside the columns and running requests that are not
         # decoding columns, for the step log: at the start, then (boundary, before
         # acting, after acting) at each boundary reached
@@ -139,21 +138,20 @@ class DecodeRun:
         """The instance now waits for boundary ``j``."""
         assert j > self.reached, f"boundary {j} already reached ({self.reached})"
         self.target = j
-        self.handling = False
-        if j in self._armed:
+        if j in self._wakeups:
             return
-        self._armed.add(j)
+        self._wakeups[j] = wakeup = object()
         env = self.inst.env
         ev = StepEnd(env, max(0.0, self.ends.item(j) - env.now), self.inst.step_priority)
-        ev.callbacks.append(functools.partial(self._fire, self._gen, j))
+        ev.callbacks.append(functools.partial(self._fire, wakeup, j))
 
-    def _fire(self, gen: int, j: int, _event: object = None) -> None:
-        if gen != self._gen:
+    def _fire(self, wakeup: object, j: int, _event: object = None) -> None:
+        if self._wakeups.get(j) is not wakeup:
+            return  # armed for end times the steps no longer have
+        del self._wakeups[j]
+        if self.inst.active_run is not self or self.target != j:
             return
-        self._armed.discard(j)
-        if self.inst.active_run is not self or self.target != j or self.handling:
-            return
-        self.handling = True
+        self.target = None
         if self.at_boundary(j):
             self.inst.end_run()
         else:
@@ -161,7 +159,7 @@ class DecodeRun:
 
     def poke(self, now: float) -> None:
         """Something outside changed the instance at ``now``: act at the next boundary."""
-        if self.handling:
+        if self.target is None:
             self.poked = True  # at a boundary: acted on there, or at the next one
             return
         j = min(bisect.bisect_left(self.ends, now, self.reached + 1), self.num_steps - 1)
@@ -356,8 +354,7 @@ class DecodeRun:
                 self.fault_in, side="right")))
         self.ends = ends[:m] + self.start_s
         if lo:
-            self._gen += 1
-            self._armed.clear()
+            self._wakeups.clear()
 
     def _finish_row(self, s: int, j: int) -> None:
         """Column ``s`` emitted its last token in step ``j``: its request finishes now, as
