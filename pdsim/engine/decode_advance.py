@@ -31,6 +31,7 @@ class DraftParams:
     conditional: np.ndarray  # clean conditional acceptance rate per draft position
     stale_sensitivity: float  # per stale slot, in the exponent of the rate's penalty
     decay_tokens: float | None  # tokens over which stale weights decay (None: never)
+    residual_guess_accuracy: float  # how often P's guess of a token it did not see is right
     module_of_pos: np.ndarray  # the module that drafts each position
 
 

@@ -78,13 +78,11 @@ class Instance:
         self.multi_module = cfg.use_multi_module_mtp
         self.sampler = sampler
         stale = cfg.speculative.stale_kv
-        self.decay_tokens = stale.decay_tokens
-        self.guess_accuracy = stale.residual_guess_accuracy
         n = max(1, self.n_spec)
         num_modules = cfg.num_drafter_modules
         self.draft = DraftParams(
             self.n_spec, self.multi_module, num_modules, cfg.conditional_acceptance,
-            stale.sensitivity_per_slot, stale.decay_tokens,
+            stale.sensitivity_per_slot, stale.decay_tokens, stale.residual_guess_accuracy,
             # draft position i is drafted by module i (multi-module) or the one module
             np.arange(n) if self.multi_module else np.zeros(n, dtype=np.int64))
 

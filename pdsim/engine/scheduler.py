@@ -53,8 +53,6 @@ class Scheduler:
         self.n_spec = instance.n_spec
         self.decodes = instance.decodes
         self.draft = instance.draft
-        self.decay_tokens = instance.decay_tokens
-        self.guess_accuracy = instance.guess_accuracy
         self.step_end_s = instance.step_end_s  # the instance's step log: its length
         self.max_num_seqs = sched.max_num_seqs
         self.max_num_batched_tokens = sched.max_num_batched_tokens
@@ -331,7 +329,8 @@ class Scheduler:
         per guessed slot, in slot order)."""
         plan = stale_plan(req.prompt_tokens - req.p_prompt_tokens,
                           req.prompt_tokens - req.d_first_local, self.draft.num_modules,
-                          req.prompt_tokens, self.decay_tokens, self.guess_accuracy)
+                          req.prompt_tokens, self.draft.decay_tokens,
+                          self.draft.residual_guess_accuracy)
         if not plan.slots:
             return None
         draws = iter(self.cluster.provenance_draws.take(plan.num_guesses))
