@@ -42,6 +42,8 @@ from pdsim.engine.request import Request
 from pdsim.perf.base import StepBatch, decode_step_times_s
 
 if TYPE_CHECKING:
+    import simpy
+
     from pdsim.engine.instance import Instance
 
 
@@ -114,7 +116,7 @@ class DecodeRun:
         self.target: int | None = None
         self.dirty = steps
         self.poked = False
-        self._wakeups: dict[int, object] = {}
+        self._wakeups: dict[int, StepEnd] = {}
         # queue depths, blocks held outside the columns and running requests that are not
         # decoding columns, for the step log: at the start, then (boundary, before
         # acting, after acting) at each boundary reached
@@ -140,12 +142,12 @@ class DecodeRun:
         self.target = j
         if j in self._wakeups:
             return
-        self._wakeups[j] = wakeup = object()
         env = self.inst.env
         ev = StepEnd(env, max(0.0, self.ends.item(j) - env.now), self.inst.step_priority)
-        ev.callbacks.append(functools.partial(self._fire, wakeup, j))
+        ev.callbacks.append(functools.partial(self._fire, j))
+        self._wakeups[j] = ev
 
-    def _fire(self, wakeup: object, j: int, _event: object = None) -> None:
+    def _fire(self, j: int, wakeup: simpy.Event) -> None:
         if self._wakeups.get(j) is not wakeup:
             return  # armed for end times the steps no longer have
         del self._wakeups[j]
