@@ -36,8 +36,10 @@ from pdsim.config_sections import (
     SpeculativeConfig,
     StaleKVConfig,
 )
+from pdsim.engine_config import EngineConfig
 from pdsim.errors import ConfigError
 from pdsim.faults import FaultsConfig
+from pdsim.kv_layout import KVLayout
 from pdsim.perf.config import SimpleStepTimeConfig, StepTimeConfig
 from pdsim.policies import ROUTERS
 from pdsim.workload.config import WorkloadConfig
@@ -80,6 +82,7 @@ class SimConfig(StrictModel):
     step_time: StepTimeConfig = SimpleStepTimeConfig()
     slo: SLOConfig = SLOConfig()
     faults: FaultsConfig = FaultsConfig()
+    engine: EngineConfig = EngineConfig()
 
     # ---------------------------------------------------------------- derived
 
@@ -141,6 +144,24 @@ class SimConfig(StrictModel):
         """Clean conditional acceptance of each draft position (length N)."""
         n = self.speculative.num_speculative_tokens
         return self.speculative.acceptance.conditional(n)
+
+    def kv_layout(self, block_size: int) -> KVLayout:
+        """The KV layout of a pool of ``block_size``-token blocks: full-attention and drafter
+        KV per block, sliding-window groups keeping ``window + extra_retained_tokens``
+        tokens, Mamba state as whole block-equivalents."""
+        groups = self.model.layer_groups
+        full = self.kv_bytes_per_token - sum(
+            g.num_layers * g.kv_bytes_per_token_per_layer
+            for g in groups if g.kind == "sliding_window")
+        block_bytes = max(1, block_size * max(1, full))
+        extra = self.extra_retained_tokens
+        sliding = tuple(
+            (int(g.window_tokens or 0) + extra, g.num_layers * g.kv_bytes_per_token_per_layer)
+            for g in groups if g.kind == "sliding_window")
+        fixed = (math.ceil(self.model.mamba_state_bytes / block_bytes)
+                 if self.model.has_mamba else 0)
+        return KVLayout(block_size=block_size, block_bytes=block_bytes, sliding=sliding,
+                        fixed_blocks=fixed)
 
     @property
     def stale_kv_provenance(self) -> str:
@@ -253,8 +274,6 @@ class SimConfig(StrictModel):
                 longest = self.longest_request_tokens
                 if role is Role.PREFILL:
                     longest = min(longest, self.workload_max_prompt_tokens)
-                from pdsim.engine.kvcache import KVLayout
-
                 # unbounded draws and traces: requests too long are rejected at admission
                 if longest >= m.max_model_len and (
                         self.workload.trace is not None
@@ -262,7 +281,7 @@ class SimConfig(StrictModel):
                         or _max_tokens(self.workload.output_tokens, True, -1) < 0):
                     continue
 
-                need = KVLayout.from_config(self, sched.block_size).blocks_for(longest)
+                need = self.kv_layout(sched.block_size).blocks_for(longest)
                 if need > blocks:
                     where = ("scheduler.num_blocks" if sched.num_blocks is not None
                              else "kv_cache_gib")

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pdsim.config import SimConfig
+    from pdsim.engine.decode_rows import RowSnapshot
+    from pdsim.engine.snapshot import InstanceSnapshot
     from pdsim.simulation import Simulation
 
 NAN = math.nan
@@ -171,15 +173,17 @@ def chunk_times(instances: list[InstanceFacts], segments: list[list[int]]) -> np
 
 
 def build_results(sim: Simulation) -> Results:
-    """Collect the facts of a finished (or interrupted) simulation."""
-    inst_facts = []
-    for inst in sim.instances:
-        inst.end_run()  # a decode run being followed commits its steps so far
-        log = np.frombuffer(inst.step_log, dtype=np.float64).reshape(-1, 8).copy()
-        inst_facts.append(InstanceFacts(
-            name=inst.name, role=inst.role.value, num_blocks=inst.pool.num_blocks,
-            step_end_s=np.frombuffer(inst.step_end_s, dtype=np.float64).copy(), step_log=log,
-            busy_s=inst.busy_s, preemptions=inst.preemptions))
+    """The results of a finished (or interrupted) simulation: ``sim.finalize()``."""
+    return sim.finalize()
+
+
+def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
+    """Collect the facts of a finished (or interrupted) simulation from its requests and
+    its instances' ``snapshots`` (read only)."""
+    inst_facts = [InstanceFacts(
+        name=snap.name, role=snap.role, num_blocks=snap.num_blocks,
+        step_end_s=snap.step_end_s, step_log=snap.step_log, busy_s=snap.busy_s,
+        preemptions=snap.preemptions) for snap in snapshots]
     segments: dict[int, list[list[int]]] = {}
     reqs = sim.requests
     n = len(reqs)
@@ -191,20 +195,18 @@ def build_results(sim: Simulation) -> Results:
         return np.fromiter(map(get, reqs), dtype=dtype, count=n)
 
     # requests still decoding when the run stopped (an interrupted run): their counters
-    # and their open output segment live in the instance's decode rows
-    live: dict[int, tuple[Any, int]] = {}
-    for inst in sim.instances:
-        for s in range(inst.k):
-            row_req = inst.req_of_slot[s]
-            if row_req is not None:
-                live[row_req.id] = (inst, s)
+    # and their open output segment are in their instance's decode rows
+    live: dict[int, tuple[InstanceSnapshot, RowSnapshot]] = {}
+    for snap in snapshots:
+        for rid, row in snap.live_rows.items():
+            live[rid] = (snap, row)
     for r in reqs:
         segments[r.id] = list(r.segments)
         if r.id in live:
-            inst, s = live[r.id]
-            last = len(inst.step_end_s) - 1
-            if last >= int(inst.seg_first[s]):
-                segments[r.id].append([inst.index, int(inst.seg_first[s]), last])
+            snap, row = live[r.id]
+            last = len(snap.step_end_s) - 1
+            if last >= row.segment_first_step:
+                segments[r.id].append([snap.index, row.segment_first_step, last])
     finished = np.fromiter((r.status is Status.FINISHED for r in reqs), dtype=bool, count=n)
     arrival = col("arrival_s")
     first = col("first_token_s")
@@ -246,23 +248,22 @@ def build_results(sim: Simulation) -> Results:
                              else np.zeros((0, nspec), dtype=np.int64)),
         "prefix_hit_tokens": col("prefix_hit_tokens", np.int64),
     }
-    for rid, (inst, s) in live.items():
+    for rid, (_, row) in live.items():
         i = rid  # requests are numbered in the order they are stored
         assert reqs[i].id == rid
-        columns["output_tokens"][i] = int(inst.out[s])
-        nd = int(inst.n_drafts[s])
-        columns["num_drafts"][i] += nd
-        columns["num_draft_tokens"][i] += nd * inst.n_spec
-        columns["num_accepted_tokens"][i] += int(inst.n_acc[s])
-        if inst.n_spec:
-            columns["accepted_per_pos"][i] += inst.acc_pos[s, : inst.n_spec]
+        columns["output_tokens"][i] = row.output_tokens
+        columns["num_drafts"][i] += row.drafts
+        columns["num_draft_tokens"][i] += row.draft_tokens
+        columns["num_accepted_tokens"][i] += row.accepted_tokens
+        if nspec:
+            columns["accepted_per_pos"][i] += row.accepted_per_pos
     records = RecordTable(columns)
     links = {link.name: link.samples for link in sim.links.values()}
-    queried = sum(i.prefix_query_tokens for i in sim.instances)
+    queried = sum(snap.prefix_query_tokens for snap in snapshots)
     summary = replace(
         summarize(records, inst_facts, segments, sim.config),
         kv_lease_expired=sim.lease_expired, faults=dict(sim.faults.counts),
-        prefix_cache_hit_rate=(sum(i.prefix_hit_tokens for i in sim.instances) / queried
+        prefix_cache_hit_rate=(sum(snap.prefix_hit_tokens for snap in snapshots) / queried
                                if queried else math.nan))
     return Results(sim.config, records, inst_facts, summary, links, segments)
 

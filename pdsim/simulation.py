@@ -14,14 +14,16 @@ from itertools import count
 import simpy
 
 from pdsim.config import Role, SimConfig
+from pdsim.engine.cluster import EngineHooks
 from pdsim.engine.connector import ConnectorScheduler, KVTransferParams, Link
+from pdsim.engine.events import EngineEnvironment
 from pdsim.engine.instance import Instance
 from pdsim.engine.request import Phase, Request, Status
 from pdsim.engine.router import make_router
 from pdsim.faults import FaultState
-from pdsim.results import Results, build_results
+from pdsim.results import Results, results_from
 from pdsim.rng import RandomStreams, UniformBuffer
-from pdsim.spec.acceptance import AcceptanceSampler
+from pdsim.spec_decode.acceptance import AcceptanceSampler
 from pdsim.workload import RequestSpecs, generate_requests
 
 ProgressFn = Callable[[int, int], None]
@@ -32,7 +34,9 @@ class Simulation:
 
     def __init__(self, config: SimConfig, requests: RequestSpecs | None = None) -> None:
         self.config = config
-        self.env = simpy.Environment()
+        self.env = EngineEnvironment()
+        # observers of the engine (tests, the invariant checker): attach before running
+        self.hooks = EngineHooks()
         self.streams = RandomStreams(config.seed)
         self.specs = requests if requests is not None else generate_requests(
             config.workload, self.streams)
@@ -48,8 +52,9 @@ class Simulation:
         for role, group in config.cluster.groups():
             members = []
             for i in range(group.count):
-                inst = Instance(self, len(self.instances), f"{role.value[0].upper()}{i}", role,
-                                group)
+                inst = Instance(self, self.env, config, self.specs, self.acceptance_sampler,
+                                self.hooks, len(self.instances),
+                                f"{role.value[0].upper()}{i}", role, group)
                 self.instances.append(inst)
                 members.append(inst)
             self.by_role[role] = members
@@ -90,20 +95,45 @@ class Simulation:
 
     def run(self, progress: ProgressFn | None = None) -> Results:
         """Simulate until every request has finished, failed or been rejected."""
+        self.start(progress)
+        if self.requests:
+            self.env.run(until=self._all_done)
+        return self.finalize()
+
+    def start(self, progress: ProgressFn | None = None) -> None:
+        """Start the engines, the faults and the arrivals; then ``step()`` (or ``run``)
+        processes the events."""
         self._progress = progress
         for inst in self.instances:
             self.env.process(inst.run())
         self._schedule_faults()
         if not self.requests:
-            return build_results(self)
+            return
         clients = self.specs.closed_loop_concurrency
         if clients is not None:
             for _ in range(min(clients, len(self.requests))):
                 self._release_next()
         else:
             self.env.process(self._arrivals())
-        self.env.run(until=self._all_done)
-        return build_results(self)
+
+    @property
+    def done(self) -> bool:
+        """The run is over: every request has finished, failed or been rejected, and the
+        event that says so has been processed (where ``run`` stops)."""
+        return not self.requests or self._all_done.processed
+
+    def step(self) -> None:
+        """Process the next event (after ``start``)."""
+        self.env.step()
+
+    def finalize(self) -> Results:
+        """The results so far: each instance's snapshot (a decode run being followed is
+        committed as far as it got), read into records and a summary."""
+        return results_from(self, [inst.snapshot() for inst in self.instances])
+
+    def next_fault_after(self, now_s: float) -> float:
+        """The next scheduled fault strictly after ``now_s`` (inf if none)."""
+        return self.faults.next_scheduled_after(now_s)
 
     def _arrivals(self) -> simpy.events.ProcessGenerator:
         env = self.env

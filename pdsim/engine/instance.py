@@ -1,37 +1,42 @@
-"""One serving instance: a vLLM-v1-style engine loop over a paged KV cache.
+"""One serving instance: the SimPy process that runs a vLLM-v1-style engine's steps.
 
-Each engine step the scheduler builds a batch (running decodes first, then running
-prefill chunks, then FCFS admission from the waiting queue under ``max_num_seqs`` and
-``max_num_batched_tokens``), the step-time model prices it, and after that much simulated
-time the step's results are applied. Decode-phase state lives in numpy arrays indexed by
-slot, so a step costs a fixed number of vectorized operations however large the batch.
+The parts, each owning its state: the ``Scheduler`` (queues; ``schedule() -> StepPlan``,
+``update_from_output``), the ``KVManager`` (block pool, layout, prefix cache) and
+``DecodeRows`` (one row per decoding request). The instance takes requests from the
+cluster, runs the loop (ask for a plan, price it with the step-time model, wait for the
+step's end, apply it; or follow a decode run over many pure-decode steps) and keeps the
+step log. It reaches the cluster only through the ``Cluster`` protocol.
 """
 
 from __future__ import annotations
 
 import bisect
-import math
 from array import array
-from collections import OrderedDict
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
-from pdsim.engine.decode_run import DecodeRun, FreshRows, plan_decode_run
-from pdsim.engine.events import StepEnd, step_end_priority, succeed_first
-from pdsim.engine.kvcache import BlockPool, KVLayout
-from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
-from pdsim.perf.base import StepBatch
+from pdsim.engine.decode_advance import DraftParams
+from pdsim.engine.decode_rows import DecodeRows
+from pdsim.engine.decode_run import DecodeRun
+from pdsim.engine.events import LoopResume, StepEnd, step_end_priority
+from pdsim.engine.kv_manager import KVManager
+from pdsim.engine.look_ahead import FreshRows
+from pdsim.engine.request import Phase, Request
+from pdsim.engine.run_plan import plan_decode_run
+from pdsim.engine.scheduler import Scheduler, StepPlan
+from pdsim.engine.snapshot import InstanceSnapshot
 from pdsim.perf.build import build_step_time_model
-from pdsim.spec.provenance import leading_right, stale_plan
 
 if TYPE_CHECKING:
     from collections.abc import Generator
 
     import simpy
 
-    from pdsim.simulation import Simulation
+    from pdsim.engine.cluster import Cluster, EngineHooks
+    from pdsim.spec_decode.acceptance import AcceptanceSampler
+    from pdsim.workload import RequestSpecs
 
 
 def _reached_d(req: Request) -> tuple[float, int]:
@@ -39,116 +44,61 @@ def _reached_d(req: Request) -> tuple[float, int]:
     return req.d_queued_s, req.id
 
 
-class StepPlan(NamedTuple):
-    """What one step computes: prefill chunks and the decode slots."""
-
-    chunks: list[tuple[Request, int]]
-    num_decode: int  # decode rows 0..num_decode-1 at schedule time
-    batch: StepBatch
-
-
 class Instance:
     """A P, D or colocated engine. Driven by its SimPy process ``run()``."""
 
-    def __init__(self, sim: Simulation, index: int, name: str, role: Role,
-                 group: InstanceGroupConfig) -> None:
-        cfg: SimConfig = sim.config
-        self.sim = sim
-        self.env: simpy.Environment = sim.env
+    def __init__(self, cluster: Cluster, env: simpy.Environment, cfg: SimConfig,
+                 specs: RequestSpecs, sampler: AcceptanceSampler, hooks: EngineHooks,
+                 index: int, name: str, role: Role, group: InstanceGroupConfig) -> None:
+        self.cluster = cluster
+        self.env = env
+        self.hooks = hooks
         self.index = index
         # step ends come after every other event of the same instant, in instance order
         self.step_priority = step_end_priority(index)
         self.name = name
         self.role = role
         sched = group.scheduler
-        self.max_num_seqs = sched.max_num_seqs
-        self.max_batched_tokens = sched.max_num_batched_tokens
-        self.chunked = sched.enable_chunked_prefill
-        self.long_prefill_threshold = sched.long_prefill_token_threshold
-        self.layout = KVLayout.from_config(cfg, sched.block_size)
-        self.pool = BlockPool(cfg.num_blocks(role))
         self.step_model = build_step_time_model(cfg, role)
         self.lookahead = cfg.num_prefill_lookahead_tokens  # the shared contract
         self.n_spec = cfg.speculative.num_speculative_tokens if role is not Role.PREFILL else 0
-        self.max_fit_tokens = self._max_fit_tokens()
+        hash_block = specs.hash_block_tokens
+        self.kv = KVManager(cfg.kv_layout(sched.block_size), cfg.num_blocks(role),
+                            sched.enable_prefix_caching and role is not Role.DECODE,
+                            hash_block if hash_block is not None else sched.block_size,
+                            self.lookahead)
+        # the manager's pool and layout, read on every step
+        self.pool = self.kv.pool
+        self.pool.on_free = self._blocks_freed
+        self.layout = self.kv.layout
+        # the longest request whose KV (plus its sampled token and drafts) fits the pool
+        self.max_fit_tokens = self.kv.max_fit_tokens(1 + self.n_spec)
         self.decodes = role is not Role.PREFILL
         self.multi_module = cfg.use_multi_module_mtp
-        self.num_modules = cfg.num_drafter_modules
-        self.sampler = sim.acceptance_sampler
-        self.cond = cfg.conditional_acceptance
+        self.sampler = sampler
         stale = cfg.speculative.stale_kv
-        self.beta = stale.sensitivity_per_slot
-        self.decay_tokens = stale.decay_tokens
-        # P(P's first i + 1 guesses of real prompt tokens were right), long enough for
-        # any backoff (a guess chain is at most backoff + 1 long)
-        q = stale.residual_guess_accuracy
-        self.guess_survival = [q ** (i + 1) for i in range(cfg.num_prefill_lookahead_tokens
-                                                           + 2)]
-        self.unverified_draft_slots = stale.unverified_draft_slots
-        self.reprefill_cache_shortfall = stale.reprefill_cache_shortfall
-        # draft position i is drafted by module i (multi-module) or the one module
         n = max(1, self.n_spec)
-        self.module_of_pos = (np.arange(n) if self.multi_module else np.zeros(n, dtype=np.int64))
+        num_modules = cfg.num_drafter_modules
+        q = stale.residual_guess_accuracy
+        garbage_modules = np.ones(max(1, num_modules), dtype=np.float64)
+        if not stale.garbage_into_every_module:
+            garbage_modules[0] = 0.0
+        self.draft = DraftParams(
+            self.n_spec, self.multi_module, num_modules, cfg.conditional_acceptance,
+            stale.sensitivity_per_slot, stale.decay_tokens,
+            # draft position i is drafted by module i (multi-module) or the one module
+            np.arange(n) if self.multi_module else np.zeros(n, dtype=np.int64),
+            # a guess chain is at most backoff + 1 <= lookahead + 1 long
+            [q ** (i + 1) for i in range(cfg.num_prefill_lookahead_tokens + 2)],
+            sampler.clean_survival.tolist() if self.n_spec else [],
+            stale.unverified_draft_slots, stale.reprefill_cache_shortfall, garbage_modules)
 
-        # queues
-        self.waiting = WaitingQueue()
-        self.receiving: dict[int, Request] = {}
-        self.running: list[Request] = []
-        self.prefilling = PrefillingList()
-        self.pinned: dict[int, Request] = {}  # in the order they were pinned
         self.lease_timer_armed = False  # the simulation's lease timer for ``pinned``
         self._wake: simpy.Event | None = None
 
-        # decode-phase arrays: rows 0..k-1 hold the k decoding requests (kept dense, so a
-        # step works on views, never on gathered copies)
-        # capacity twice the batch limit: rows finished inside a decode run keep their
-        # slots until it commits, while new rows join behind them
-        s = 2 * self.max_num_seqs
-        self.k = 0
-        self.req_of_slot: list[Request | None] = [None] * s
-        self.ctx = np.zeros(s, dtype=np.int64)
-        self.out = np.zeros(s, dtype=np.int64)
-        self.tgt = np.zeros(s, dtype=np.int64)
-        self.blocks = np.zeros(s, dtype=np.int64)
-        self.seg_first = np.zeros(s, dtype=np.int64)
-        self.n_drafts = np.zeros(s, dtype=np.int64)
-        self.n_acc = np.zeros(s, dtype=np.int64)
-        self.acc_pos = np.zeros((s, n), dtype=np.int64)
-        self.prev_rej = np.zeros(s, dtype=np.int64)
-        # acceptance draws: the request's key, and its verifications before this slot
-        self.akey = np.zeros(s, dtype=np.uint64)
-        self.adraw = np.zeros(s, dtype=np.int64)
-        self.cache_valid = np.zeros(s, dtype=np.int64)
-        self.stale = np.zeros((s, max(1, self.num_modules)), dtype=np.float64)
-        # P(a >= i + 1) per request at its current stale weights (the sampler's input),
-        # refreshed whenever ``stale`` changes
-        self.surv = np.zeros((s, n), dtype=np.float64)
-        self._clean_surv = (self.sampler.clean_survival if self.n_spec
-                            else np.ones(n, dtype=np.float64))
-        self._clean_surv_list: list[float] = self._clean_surv.tolist()
-        # which modules a re-prefill from garbage writes stale slots into
-        self.garbage_modules = np.ones(max(1, self.num_modules), dtype=np.float64)
-        if not stale.garbage_into_every_module:
-            self.garbage_modules[0] = 0.0
-        self._rows = (self.ctx, self.out, self.tgt, self.blocks, self.seg_first, self.n_drafts,
-                      self.n_acc, self.acc_pos, self.prev_rej, self.cache_valid, self.stale,
-                      self.akey, self.adraw, self.surv)
-        self.arange_n = np.arange(n)
-
-        # prefix cache: block hashes whose KV this instance still holds (LRU), in units of
-        # the workload's hash blocks; P and colocated instances only
-        self.prefix_cache: OrderedDict[int, None] | None = None
-        hash_block = sim.specs.meta.get("hash_block_tokens", sched.block_size)
-        self.hash_block_tokens = int(hash_block) if isinstance(hash_block, int) \
-            else sched.block_size
-        if sched.enable_prefix_caching and role is not Role.DECODE:
-            self.prefix_cache = OrderedDict()
-            self.prefix_capacity = max(1, self.pool.num_blocks * sched.block_size
-                                       // self.hash_block_tokens)
-        # never cache the last lookahead-1 prompt tokens: the drafter re-prefills them
-        self.uncacheable_tail = max(0, self.lookahead - 1)
-        self.prefix_hit_tokens = 0
-        self.prefix_query_tokens = 0
+        # decode rows: capacity twice the batch limit, because rows finished inside a
+        # decode run keep their rows until it commits while new rows join behind them
+        self.rows = DecodeRows(2 * sched.max_num_seqs, self.draft, self.sampler)
         self.up = True
         self.epoch = 0  # bumped when the instance goes down, voiding the step in progress
         # decode runs (``decode_run``): the one being followed, the event that resumes the
@@ -156,34 +106,30 @@ class Instance:
         self.active_run: DecodeRun | None = None
         self._run_over: simpy.Event | None = None
         self.max_run_steps = 128
+        self.decode_runs = cfg.engine.decode_runs == "auto"
         # look-aheads of requests entering decode fresh, built for blocks of requests
-        self.fresh_rows = FreshRows(self) if self.n_spec else None
+        self.fresh_rows = FreshRows(
+            self.sampler, self.layout, self.n_spec, self.multi_module,
+            specs.prompt_tokens, specs.output_tokens) if self.n_spec else None
         self.run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
-        self.run_rows = np.arange(s)
-        self.row_capacity = s
+        self.run_rows = np.arange(self.rows.capacity)
         # facts
         # per step: end time, and (start, end, prefill tokens, decode requests, KV blocks
         # used, running, waiting, receiving) as 8 flat doubles: compact at 100k+ steps
         self.step_end_s = array("d")
         self.step_log = array("d")
         self.busy_s = 0.0
-        self.preemptions = 0
+        # the scheduler owns the queues; the engine's intake and loop use them directly
+        self.scheduler = Scheduler(self, sched)
+        self.waiting = self.scheduler.waiting
+        self.receiving = self.scheduler.receiving
+        self.running = self.scheduler.running
+        self.prefilling = self.scheduler.prefilling
+        self.pinned = self.scheduler.pinned
 
-    def _max_fit_tokens(self) -> int:
-        """The longest request (tokens, before its sampled token and first drafts) whose
-        KV fits in the whole pool; -1 if none. Block counts only grow with tokens, so a
-        binary search finds it."""
-        room = 1 + self.n_spec
-        lo, hi = -1, 1
-        while self.layout.blocks_for(hi + room) <= self.pool.num_blocks:
-            lo, hi = hi, 2 * hi
-        while hi - lo > 1:  # blocks_for(lo + room) fits (or lo == -1), hi's does not
-            mid = (lo + hi) // 2
-            if self.layout.blocks_for(mid + room) <= self.pool.num_blocks:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+    def _blocks_freed(self, owner: int, had_table: bool) -> None:
+        for hook in self.hooks.blocks_freed:
+            hook(self, owner, had_table)
 
     # ------------------------------------------------------------------ intake
 
@@ -233,7 +179,7 @@ class Instance:
             return  # no longer waiting for it here (e.g. the instance went down)
         self.pool.free(req.id)
         if not recompute:
-            self.sim.fail(req, reason)
+            self.cluster.fail(req, reason)
             self.notify()
             return
         req.phase = Phase.WAITING
@@ -252,10 +198,11 @@ class Instance:
         self.epoch += 1
         last = self.step_count - 1
         served: list[Request] = []
-        while self.k:
-            req = self.req_of_slot[self.k - 1]
+        rows = self.rows
+        while rows.count:
+            req = rows.request_of_row[rows.count - 1]
             assert req is not None
-            self._release_slot(req, last)
+            self.scheduler.release_row(req, last)
             served.append(req)
         served += [r for r in self.running if r.phase is not Phase.DECODE]
         served += list(self.receiving.values())
@@ -268,8 +215,7 @@ class Instance:
         self.receiving.clear()
         self.waiting.clear()
         self.pinned.clear()
-        if self.prefix_cache is not None:
-            self.prefix_cache.clear()
+        self.kv.clear()
         self.notify()
         return served, pinned
 
@@ -298,14 +244,14 @@ class Instance:
         """
         env = self.env
         while True:
-            if self.k and self.up and not self.waiting:
-                run = plan_decode_run(self)
+            if self.rows.count and self.up and not self.waiting:
+                run = self._plan_run()
                 if run is not None:
                     yield from self._follow(run)
                     continue
-            plan = (self._schedule() if self.up and (self.waiting or self.running)
+            plan = (self.scheduler.schedule() if self.up and (self.waiting or self.running)
                     else None)
-            if plan is None and self._unblock_waiting():
+            if plan is None and self.scheduler.unblock_waiting():
                 continue
             if plan is None:
                 self._wake = env.event()
@@ -313,7 +259,7 @@ class Instance:
                 self._wake = None
                 continue
             if not plan.chunks:
-                run = plan_decode_run(self)
+                run = self._plan_run()
                 if run is not None:
                     yield from self._follow(run)
                     continue
@@ -326,11 +272,19 @@ class Instance:
             self.busy_s += dt
             self._complete(plan, start)
 
+    def _plan_run(self) -> DecodeRun | None:
+        """A decode run from here, if one may be taken (``plan_decode_run``)."""
+        run = plan_decode_run(self)
+        if run is not None:
+            for hook in self.hooks.run_planned:
+                hook(self, run)
+        return run
+
     def _follow(self, run: DecodeRun) -> Generator[simpy.Event, object, None]:
         """Follow a decode run to its end. The run acts at its boundaries from timer
         callbacks (``DecodeRun.wait_for``); the loop resumes once it has been committed."""
         self.active_run = run
-        self._run_over = over = self.env.event()
+        self._run_over = over = LoopResume(self.env)
         run.wait_for(run.next_stop())
         yield over
 
@@ -345,211 +299,24 @@ class Instance:
         self._run_over = None
         run.commit()
         if over is not None and not over.triggered:
-            succeed_first(over)  # the loop goes on at once, as after a single step
+            over.succeed()  # the loop goes on at once, as after a single step
 
-    # --------------------------------------------------------------- schedule
-
-    def _unblock_waiting(self) -> bool:
-        """Break a wait that no event would end; True if something was freed.
-
-        On D, waiting requests hold the blocks of their landed KV. When nothing runs and
-        nothing is in flight, no event will free a block, so if the head cannot be
-        admitted the most recently queued holder gives its blocks back and will recompute
-        its prompt locally (as after a preemption).
-        """
-        if self.running or self.receiving or not self.waiting:
-            return False
-        return self._reclaim_waiting_kv(keep=self.waiting[0])
-
-    def _reclaim_waiting_kv(self, keep: Request | None = None) -> bool:
-        """D: take the landed KV of the most recently queued waiting request (not ``keep``)
-        back into the pool; that request will recompute its prompt locally. Running
-        requests come first: without this, requests waiting for a batch slot could hold
-        the blocks a running request needs to grow, and it would preempt itself forever.
-        """
-        if self.role is not Role.DECODE or not self.up:
-            return False
-        for req in reversed(self.waiting):
-            if req.kv_from_remote and req is not keep and self.pool.held(req.id):
-                self.pool.free(req.id)
-                before = tokens_left(req)
-                req.recompute_prompt_on_d()
-                self.waiting.adjust(tokens_left(req) - before)
-                req.num_preemptions += 1
-                self.preemptions += 1
-                return True
-        return False
-
-    def chunk_tokens(self, req: Request, budget: int) -> int:
-        """Prompt tokens of ``req`` the next step may compute within ``budget``."""
-        remaining = req.seq_tokens - req.num_computed
-        n = min(remaining, budget)
-        if self.long_prefill_threshold is not None:
-            n = min(n, self.long_prefill_threshold)
-        if n < remaining:
-            if not self.chunked:
-                return 0
-            la = self.lookahead
-            # Never leave 0 < remaining < lookahead for the last chunk: the trailing
-            # drafter modules would read drafts instead of prompt tokens.
-            if la and remaining - n < la:
-                n = remaining - la
-        return max(n, 0)
-
-    def prefill_target_tokens(self, req: Request, n: int) -> int:
-        """Tokens ``req`` holds KV for once a chunk of ``n`` is computed (plus room for the
-        sampled token and the first drafts when it then decodes here)."""
-        end = req.num_computed + n
-        if end >= req.seq_tokens and self.decodes:
-            end += 1 + self.n_spec  # room for the sampled token and the first drafts
-        return end
-
-    def _schedule(self) -> StepPlan | None:
-        budget = self.max_batched_tokens
-        q = 1 + self.n_spec
-        layout, pool = self.layout, self.pool
-        k = self.k
-        if k:
-            while True:
-                need = layout.blocks_for_array(self.ctx[:k], q) - self.blocks[:k]
-                total = int(need.sum()) if need.any() else 0
-                if total <= pool.num_free:
-                    break
-                if not self._reclaim_waiting_kv() and not self._preempt_tail():
-                    break
-                k = self.k
-            if total:
-                for s in np.flatnonzero(need > 0).tolist():
-                    extra = int(need[s])
-                    req = self.req_of_slot[s]
-                    assert req is not None
-                    if pool.allocate(req.id, extra):
-                        self.blocks[s] += extra
-            budget -= k * q
-
-        chunks: list[tuple[Request, int]] = []
-        for req in list(self.prefilling):
-            if budget <= 0:
-                break
-            if req.phase is not Phase.PREFILL:
-                continue
-            n = self.chunk_tokens(req, budget)
-            if n <= 0:
-                continue
-            extra = layout.blocks_for(self.prefill_target_tokens(req, n)) - pool.held(req.id)
-            while extra > pool.num_free:
-                if self._reclaim_waiting_kv():
-                    continue
-                victim_was_self = self.running and self.running[-1] is req
-                if not self._preempt_tail() or victim_was_self:
-                    break
-            if req.phase is not Phase.PREFILL:
-                continue
-            if extra > pool.num_free:
-                continue
-            pool.allocate(req.id, extra)
-            chunks.append((req, n))
-            budget -= n
-        k = self.k
-
-        skipped: list[Request] = []
-        waiting = self.waiting
-        while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            req = waiting.popleft()
-            if self.awaits_remote_kv(req):
-                if not self.load_remote_kv(req):
-                    waiting.appendleft(req)
-                    break
-                continue
-            hit = 0
-            if self.prefix_cache is not None and req.num_computed == 0 and req.hash_ids:
-                hit = self._prefix_hit(req)
-                req.num_computed = hit
-            n = self.chunk_tokens(req, budget)
-            if n <= 0:
-                req.num_computed -= hit
-                skipped.append(req)
-                break
-            extra = layout.blocks_for(self.prefill_target_tokens(req, n)) - pool.held(req.id)
-            if not pool.allocate(req.id, extra):
-                req.num_computed -= hit
-                waiting.appendleft(req)
-                break
-            if self.prefix_cache is not None:
-                self.prefix_query_tokens += req.seq_tokens
-                self.prefix_hit_tokens += hit
-                req.prefix_hit_tokens += hit
-            self.start_prefill(req)
-            chunks.append((req, n))
-            budget -= n
-        for req in reversed(skipped):
-            waiting.appendleft(req)
-
-        if not chunks and not k:
-            return None
-        prefill_tokens = 0
-        pairs = 0.0
-        for req, n in chunks:
-            prefill_tokens += n
-            pairs += n * (req.num_computed + (n + 1) / 2)
-        if k:
-            ctx_sum = int(self.ctx[:k].sum())
-            repair = int(np.maximum(self.prev_rej[:k] - 1, 0).sum()) if self.n_spec else 0
-        else:
-            ctx_sum = repair = 0
-        batch = StepBatch(prefill_tokens, pairs, k, k * q, ctx_sum, repair)
-        return StepPlan(chunks, k, batch)
-
-    def start_prefill(self, req: Request) -> None:
-        """``req`` was admitted with its first chunk (its blocks allocated)."""
-        req.phase = Phase.PREFILL
-        self.running.append(req)
-        self.prefilling.append(req)
-        if self.role is Role.PREFILL and math.isnan(req.p_start_s):
-            req.p_start_s = self.env.now
-
-    @staticmethod
-    def awaits_remote_kv(req: Request) -> bool:
-        """D: ``req`` was handed over and its KV has not been loaded yet."""
-        params = req.kv_params
-        return params is not None and params.do_remote_prefill and not req.kv_from_remote
-
-    def load_remote_kv(self, req: Request, reserve: int = 0) -> bool:
-        """D: allocate blocks for ``req``'s remote tokens and start loading them; False
-        (and no change) unless ``reserve`` blocks would still be free afterwards."""
-        pool = self.pool
-        extra = self.layout.blocks_for(req.remote_tokens) - pool.held(req.id)
-        if extra > pool.num_free - reserve or not pool.allocate(req.id, extra):
-            return False
-        req.phase = Phase.WAITING_FOR_REMOTE_KVS
-        self.receiving[req.id] = req
-        self.sim.start_kv_transfer(req, self)
-        return True
-
-    def _preempt_tail(self) -> bool:
-        """Preempt the lowest-priority running request (recompute); False if none."""
-        if not self.running:
-            return False
-        req = self.running.pop()
-        self.preemptions += 1
-        req.num_preemptions += 1
-        if req.phase is Phase.DECODE:
-            self._release_slot(req, self.step_count - 1)
-        else:
-            self.prefilling.remove(req)
-        self.pool.free(req.id)
-        req.num_computed = 0
-        req.phase = Phase.WAITING
-        if self.role is Role.PREFILL:
-            req.p_preemptions += 1
-        else:
-            # Recompute prompt and generated tokens locally: fresh, exact drafter KV. P's
-            # blocks are gone by now, so the request never asks for remote KV again.
-            req.seq_tokens = req.prompt_tokens + req.num_output
-            req.kv_from_remote = False
-            req.kv_params = None
-        self.waiting.appendleft(req)
-        return True
+    def snapshot(self) -> InstanceSnapshot:
+        """The instance's facts so far, as copies: a decode run being followed is
+        committed as far as it got first (its steps so far are facts)."""
+        self.end_run()
+        rows = self.rows
+        live = {}
+        for s in range(rows.count):
+            req = rows.request_of_row[s]
+            if req is not None:
+                live[req.id] = rows.snapshot(s)
+        return InstanceSnapshot(
+            self.index, self.name, self.role.value, self.pool.num_blocks,
+            np.frombuffer(self.step_end_s, dtype=np.float64).copy(),
+            np.frombuffer(self.step_log, dtype=np.float64).reshape(-1, 8).copy(),
+            self.busy_s, self.scheduler.preemptions, self.kv.prefix_hit_tokens,
+            self.kv.prefix_query_tokens, live)
 
     # --------------------------------------------------------------- complete
 
@@ -562,253 +329,7 @@ class Instance:
         step = len(self.step_end_s)
         self.step_end_s.append(now)
         b = plan.batch
-        for req, n in plan.chunks:
-            self.complete_chunk(req, n, step, now)
-        if plan.num_decode:
-            self._decode_step(plan.num_decode, step, now)
+        self.scheduler.update_from_output(plan, step, now)
         self.step_log.extend((start_s, now, b.prefill_tokens, b.decode_requests,
                               self.pool.num_used, len(self.running), len(self.waiting),
                               len(self.receiving)))
-
-    def complete_chunk(self, req: Request, n: int, step: int, now: float) -> None:
-        """Step ``step`` computed ``n`` more prompt tokens of ``req``."""
-        if req.phase is not Phase.PREFILL:
-            return
-        req.num_computed += n
-        self.prefilling.adjust(-n)
-        if req.num_computed >= req.seq_tokens:
-            req.final_chunk_tokens = n
-            self._prefill_done(req, step, now)
-
-    def _cacheable_blocks(self, req: Request) -> int:
-        tokens = min(req.seq_tokens, req.prompt_tokens) - self.uncacheable_tail
-        return max(0, int(tokens) // self.hash_block_tokens)
-
-    def _prefix_hit(self, req: Request) -> int:
-        """Prompt tokens already in this instance's prefix cache (leading whole blocks)."""
-        cache = self.prefix_cache
-        assert cache is not None and req.hash_ids is not None
-        hits = 0
-        for h in req.hash_ids[: self._cacheable_blocks(req)]:
-            if h not in cache:
-                break
-            cache.move_to_end(h)
-            hits += 1
-        # at least one token is computed to produce logits
-        return min(hits * self.hash_block_tokens, int(req.seq_tokens) - 1)
-
-    def _prefix_insert(self, req: Request) -> None:
-        cache = self.prefix_cache
-        if cache is None or not req.hash_ids:
-            return
-        for h in req.hash_ids[: self._cacheable_blocks(req)]:
-            cache[h] = None
-            cache.move_to_end(h)
-        while len(cache) > self.prefix_capacity:
-            cache.popitem(last=False)
-
-    def _prefill_done(self, req: Request, step: int, now: float) -> None:
-        self.prefilling.remove(req)
-        self._prefix_insert(req)
-        if self.role is Role.PREFILL:
-            self.running.remove(req)
-            req.phase = Phase.PINNED
-            req.p_end_s = now
-            self.pinned[req.id] = req
-            self.sim.on_prefill_done(req, self)
-            return
-        req.num_output += 1
-        if math.isnan(req.first_token_s):
-            req.first_token_s = now
-        if req.num_output >= req.output_target:
-            req.segments.append([self.index, step, step])
-            self.running.remove(req)
-            self.pool.free(req.id)
-            req.phase = Phase.DONE
-            self.sim.finish(req)
-            return
-        self._enter_decode(req, step)
-
-    def _enter_decode(self, req: Request, step: int) -> None:
-        s = self.k
-        self.k += 1
-        req.slot = s
-        req.phase = Phase.DECODE
-        self.req_of_slot[s] = req
-        self.ctx[s] = req.seq_tokens
-        self.out[s] = req.num_output
-        self.tgt[s] = req.output_target
-        self.blocks[s] = self.pool.held(req.id)
-        self.seg_first[s] = step
-        self.n_drafts[s] = 0
-        self.akey[s] = self.sampler.request_key(req.id)
-        self.adraw[s] = req.num_drafts
-        self.n_acc[s] = 0
-        self.acc_pos[s] = 0
-        self.prev_rej[s] = 0  # the step that ends a prefill rejected nothing
-        if self.multi_module and self.reprefill_cache_shortfall:
-            self.cache_valid[s] = min(self.n_spec - 1, req.final_chunk_tokens)
-        elif self.multi_module:
-            self.cache_valid[s] = self.n_spec - 1  # ablation: the cache starts full
-        else:
-            self.cache_valid[s] = self.n_spec  # no multi-module re-prefill cache to run dry
-        stale = (self._remote_stale_weights(req) if self.n_spec and req.kv_from_remote
-                 else None)
-        if stale is None:
-            self.stale[s] = 0.0
-            self.surv[s] = self._clean_surv
-        else:
-            self.stale[s] = stale
-            self._refresh_survival(slice(s, s + 1))
-
-    def _refresh_survival(self, rows: slice) -> None:
-        """Recompute ``surv`` for ``rows`` from their stale weights."""
-        stale = self.stale[rows]
-        if not self.n_spec or not stale.any():
-            self.surv[rows] = self._clean_surv
-            return
-        self.surv[rows] = self.sampler.survival_of(
-            self.cond * np.exp(-self.beta * stale[:, self.module_of_pos]))
-
-    def _remote_stale_weights(self, req: Request) -> list[float] | None:
-        """Per drafter module, the stale weight of the slots P left in ``req``'s KV that D
-        does not rewrite (None when there are none). A slot is stale unless every guess
-        it was computed through was right: one provenance draw says how many of P's
-        guesses of real prompt tokens were right in a row, one how many of P's drafts
-        (at the drafter's clean acceptance)."""
-        plan = stale_plan(req.prompt_tokens - req.p_prompt_tokens,
-                          req.prompt_tokens - req.d_first_local, self.num_modules,
-                          req.prompt_tokens, self.decay_tokens, self.unverified_draft_slots)
-        if not plan.slots:
-            return None
-        draws = iter(self.sim.provenance_draws.take(plan.num_draws))
-        right_guesses = (leading_right(next(draws), self.guess_survival[:plan.max_guesses])
-                         if plan.max_guesses else 0)
-        right_drafts = (leading_right(next(draws), self._clean_surv_list[:plan.max_drafts])
-                        if plan.max_drafts else 0)
-        weights = [0.0] * self.stale.shape[1]
-        added = False
-        for m, weight, guesses, drafts in plan.slots:
-            if guesses <= right_guesses and drafts <= right_drafts:
-                continue  # every token the slot was computed through was right
-            weights[m] += weight
-            added = True
-        return weights if added else None
-
-    def _release_slot(self, req: Request, last_step: int) -> None:
-        self.settle_slot(req, last_step)
-        self.vacate_slot(req.slot)
-
-    def settle_slot(self, req: Request, last_step: int) -> None:
-        """Copy the decode row's counters into ``req`` (its last step in the row given)."""
-        s = req.slot
-        if last_step >= self.seg_first[s]:
-            req.segments.append([self.index, int(self.seg_first[s]), last_step])
-        req.num_output = int(self.out[s])
-        nd = int(self.n_drafts[s])
-        req.num_drafts += nd
-        req.num_draft_tokens += nd * self.n_spec
-        req.num_accepted_tokens += int(self.n_acc[s])
-        if self.n_spec:
-            req.accepted_per_pos += self.acc_pos[s, : self.n_spec]
-
-    def vacate_slot(self, s: int) -> None:
-        """Free decode row ``s``, keeping rows dense (the last row moves into it)."""
-        req = self.req_of_slot[s]
-        assert req is not None
-        last = self.k - 1
-        if s != last:  # keep rows dense: move the last row into the hole
-            for arr in self._rows:
-                arr[s] = arr[last]
-            moved = self.req_of_slot[last]
-            assert moved is not None
-            moved.slot = s
-            self.req_of_slot[s] = moved
-        self.req_of_slot[last] = None
-        self.k = last
-        req.slot = -1
-
-    def vacate_slots(self, slots: list[int]) -> None:
-        """``vacate_slot`` of each of ``slots`` (distinct), highest first: the same rows end
-        up where, moved in one array operation per row array."""
-        k = self.k
-        rows = list(range(k))  # rows[i]: the row now at slot i
-        for s in sorted(slots, reverse=True):
-            k -= 1
-            rows[s] = rows[k]
-            rows.pop()
-        moves = [(i, r) for i, r in enumerate(rows) if i != r]
-        of_slot = self.req_of_slot
-        vacated = [of_slot[s] for s in slots]
-        if moves:
-            dst = [i for i, _ in moves]
-            src = [r for _, r in moves]
-            for arr in self._rows:
-                arr[dst] = arr[src]
-            moved = [of_slot[r] for r in src]
-            for i, req in zip(dst, moved, strict=True):
-                assert req is not None
-                req.slot = i
-                of_slot[i] = req
-        for s in range(k, self.k):
-            of_slot[s] = None
-        for req in vacated:
-            assert req is not None
-            req.slot = -1
-        self.k = k
-
-    def _decode_step(self, k: int, step: int, now: float) -> None:
-        n = self.n_spec
-        out = self.out[:k]
-        if n:
-            stale = self.stale[:k]
-            a = self.sampler.draw(self.akey[:k], self.adraw[:k] + self.n_drafts[:k],
-                                  self.surv[:k])
-            emitted = a + 1
-            self.n_drafts[:k] += 1
-            self.n_acc[:k] += a
-            self.acc_pos[:k] += self.arange_n < a[:, None]
-            if self.multi_module:
-                cache = self.cache_valid[:k]
-                garbage = self.prev_rej[:k] - 1 - cache
-                changed = False
-                if (garbage > 0).any():
-                    # The re-prefill cache is short of entries: the repair recomputes those
-                    # positions from garbage, into every module (module 0 included).
-                    stale += np.maximum(garbage, 0)[:, None] * self.garbage_modules
-                    changed = True
-                if self.decay_tokens is not None:
-                    stale *= np.exp(-emitted / self.decay_tokens)[:, None]
-                    changed = True
-                if changed:
-                    self._refresh_survival(slice(0, k))
-                np.minimum(cache + emitted, n - 1, out=cache)
-                np.subtract(n, a, out=self.prev_rej[:k])
-            out += emitted
-            self.ctx[:k] += emitted
-        else:
-            out += 1
-            self.ctx[:k] += 1
-        tgt = self.tgt[:k]
-        done = out >= tgt
-        if done.any():
-            np.minimum(out, tgt, out=out)
-            # release from the highest row down so moved rows are never revisited
-            for s in np.flatnonzero(done)[::-1].tolist():
-                self.finish_row(s, step, now)
-
-    def finish_row(self, s: int, step: int, at_s: float, vacate: bool = True,
-                   settle: bool = True) -> None:
-        """Decode row ``s`` emitted its last token in step ``step``: settle the row into its
-        request, free its blocks and finish it at ``at_s``. A decode run keeps the row
-        (neither settled nor vacated) until it commits."""
-        req = self.req_of_slot[s]
-        assert req is not None
-        if settle:
-            self.settle_slot(req, step)
-        if vacate:
-            self.vacate_slot(s)
-        self.running.remove(req)
-        self.pool.free(req.id)
-        req.phase = Phase.DONE
-        self.sim.finish(req, at_s)

@@ -5,12 +5,7 @@ Plain Python, no event loop: the pool can be exercised (and property-tested) alo
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
-import numpy as np
-
-from pdsim.config import SimConfig
+from collections.abc import Callable
 
 
 class KVCacheError(RuntimeError):
@@ -28,7 +23,7 @@ class BlockPool:
     ``check()`` catches every one.
     """
 
-    __slots__ = ("_free", "_owned", "num_blocks", "tables")
+    __slots__ = ("_free", "_owned", "num_blocks", "on_free", "tables")
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 1:
@@ -38,6 +33,8 @@ class BlockPool:
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
         self._owned = 0  # blocks in tables, as counted by allocate and free
         self.tables: dict[int, list[int]] = {}
+        # an observer told of every ``free`` (owner, whether it held a table), or None
+        self.on_free: Callable[[int, bool], None] | None = None
 
     @property
     def num_free(self) -> int:
@@ -100,6 +97,8 @@ class BlockPool:
     def free(self, owner: int) -> int:
         """Return all of ``owner``'s blocks to the pool; the number freed."""
         table = self.tables.pop(owner, None)
+        if self.on_free is not None:
+            self.on_free(owner, table is not None)
         if table is None:
             return 0
         n = len(table)
@@ -130,69 +129,3 @@ class BlockPool:
         if len(owned) != self._owned:
             raise KVCacheError(f"tables hold {len(owned)} blocks, the pool counted "
                                f"{self._owned}")
-
-
-@dataclass(frozen=True)
-class KVLayout:
-    """How many blocks a request of n tokens needs, and how many bytes a transfer moves.
-
-    The pool's block is ``block_size`` tokens of the full-attention layers plus the
-    drafter modules' KV. Sliding-window layers keep only ``window + extra_retained_tokens``
-    tokens (``extra_retained_tokens = max(0, lookahead - 1)``, vLLM's retention for the
-    drafter's re-prefill targets) and Mamba layers a fixed state; both are charged to the
-    pool in block-equivalents of the same bytes.
-    """
-
-    block_size: int
-    block_bytes: int
-    sliding: tuple[tuple[int, int], ...]  # (retained tokens, bytes per token) per group
-    fixed_blocks: int  # Mamba state, in block-equivalents
-
-    @classmethod
-    def from_config(cls, cfg: SimConfig, block_size: int) -> KVLayout:
-        full = cfg.kv_bytes_per_token - sum(
-            g.num_layers * g.kv_bytes_per_token_per_layer
-            for g in cfg.model.layer_groups if g.kind == "sliding_window")
-        block_bytes = max(1, block_size * max(1, full))
-        extra = cfg.extra_retained_tokens
-        sliding = tuple(
-            (int(g.window_tokens or 0) + extra, g.num_layers * g.kv_bytes_per_token_per_layer)
-            for g in cfg.model.layer_groups if g.kind == "sliding_window")
-        fixed = math.ceil(cfg.model.mamba_state_bytes / block_bytes) if cfg.model.has_mamba \
-            else 0
-        return cls(block_size=block_size, block_bytes=block_bytes, sliding=sliding,
-                   fixed_blocks=fixed)
-
-    def blocks_for(self, tokens: int) -> int:
-        """Blocks a request with ``tokens`` tokens of KV holds."""
-        bs = self.block_size
-        n = -(-tokens // bs) + self.fixed_blocks
-        for retained, bpt in self.sliding:
-            kept = -(-min(tokens, retained) // bs) * bs
-            n += -(-(kept * bpt) // self.block_bytes)
-        return n
-
-    def blocks_for_array(self, tokens: np.ndarray, plus: int = 0) -> np.ndarray:
-        """``blocks_for(t + plus)`` for each ``t`` of an int array (two array operations
-        when the layout has no sliding-window groups)."""
-        bs = self.block_size
-        if not self.sliding:
-            n: np.ndarray = tokens + (plus + bs - 1)
-            if bs & (bs - 1):
-                n //= bs  # a ceiling division
-            else:
-                n >>= bs.bit_length() - 1  # the same, by a shift (block sizes are powers of 2)
-            if self.fixed_blocks:
-                n += self.fixed_blocks
-            return n
-        if plus:
-            tokens = tokens + plus
-        n = -(-tokens // bs) + self.fixed_blocks
-        for retained, bpt in self.sliding:
-            kept = -(-np.minimum(tokens, retained) // bs) * bs
-            n = n + (-(-(kept * bpt) // self.block_bytes))
-        return n
-
-    def transfer_bytes(self, tokens: int) -> int:
-        """Bytes a connector moves for the first ``tokens`` tokens: whole blocks."""
-        return self.blocks_for(tokens) * self.block_bytes

@@ -16,8 +16,9 @@ class RequestSpecs:
     engine releases request i when an earlier one finishes. ``prompt_tokens`` and
     ``output_tokens`` are >= 1. ``hash_ids`` optionally gives each request's prompt as a
     sequence of block hashes (Mooncake traces) for prefix caching, one per
-    ``meta["hash_block_tokens"]`` prompt tokens. ``source`` is ``synthetic``, ``mooncake``
-    or ``azure``.
+    ``hash_block_tokens`` prompt tokens (None: the engine's KV block size). ``source`` is
+    ``synthetic``, ``mooncake`` or ``azure``; ``meta`` holds notes on where the requests
+    came from (the engine never reads it).
     """
 
     arrival_s: np.ndarray  # float64, seconds
@@ -25,6 +26,7 @@ class RequestSpecs:
     output_tokens: np.ndarray  # int64
     closed_loop_concurrency: int | None = None
     hash_ids: tuple[tuple[int, ...], ...] | None = None
+    hash_block_tokens: int | None = None
     source: str = "synthetic"
     meta: dict[str, object] = field(default_factory=dict)
 

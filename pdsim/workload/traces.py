@@ -321,13 +321,13 @@ def replay_trace(cfg: Trace, duration_s: float | None = None,
                                "skipped_zero_length_rows": num_zero}
     if rows.hash_ids is not None:
         hash_ids = tuple(rows.hash_ids[int(i)] for i in order)
-    if isinstance(cfg, MooncakeTrace):
-        meta["hash_block_tokens"] = cfg.hash_block_tokens
+    hash_block_tokens = cfg.hash_block_tokens if isinstance(cfg, MooncakeTrace) else None
     return RequestSpecs(arrival_s=np.ascontiguousarray(arrival_s, dtype=np.float64),
                         prompt_tokens=rows.prompt_tokens[order].copy(),
                         output_tokens=rows.output_tokens[order].copy(),
                         closed_loop_concurrency=closed_loop_concurrency,
-                        hash_ids=hash_ids, source=cfg.kind, meta=meta)
+                        hash_ids=hash_ids, hash_block_tokens=hash_block_tokens,
+                        source=cfg.kind, meta=meta)
 
 
 def _time_scale(cfg: Trace, t: np.ndarray, file: str) -> float:

@@ -15,7 +15,6 @@ import pytest
 
 from pdsim import SimConfig, Simulation
 from pdsim.config import Role
-from pdsim.engine import instance as instance_mod
 from pdsim.engine.request import Request
 
 
@@ -30,29 +29,38 @@ class DecodeEntry:
     kv_from_remote: bool
 
 
+class DecodeEntries(list[DecodeEntry]):
+    """``DecodeEntry`` records of the simulations ``attach``ed, in order."""
+
+    def attach(self, sim: Simulation) -> Simulation:
+        """Record every request entering decode in ``sim`` (through the engine's
+        ``decode_entered`` hook); returns ``sim``."""
+
+        def entered(inst: Any, req: Request) -> None:
+            self.append(DecodeEntry(inst.name, inst.role, req,
+                                    np.array(inst.rows.stale_weight[req.slot],
+                                             dtype=np.float64),
+                                    bool(req.kv_from_remote)))
+
+        sim.hooks.decode_entered.append(entered)
+        return sim
+
+
 @pytest.fixture
-def decode_entries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[DecodeEntry]]:
-    """Records a ``DecodeEntry`` each time a request enters its decode phase.
+def decode_entries() -> Iterator[DecodeEntries]:
+    """Records a ``DecodeEntry`` each time a request enters its decode phase in a
+    simulation given to ``attach``.
 
-    The row is the instance's ``stale[slot]`` right after its first (prefill) step there.
+    The row is the instance's stale weights for the request's row right after its first
+    (prefill) step there.
     """
-    log: list[DecodeEntry] = []
-    original = instance_mod.Instance._enter_decode
-
-    def hooked(self: Any, req: Request, step: int) -> None:
-        original(self, req, step)
-        log.append(DecodeEntry(self.name, self.role, req,
-                               np.array(self.stale[req.slot], dtype=np.float64),
-                               bool(req.kv_from_remote)))
-
-    monkeypatch.setattr(instance_mod.Instance, "_enter_decode", hooked)
-    yield log
+    yield DecodeEntries()
 
 
 @pytest.fixture(scope="session")
 def chunk_of() -> Callable[..., int]:
     """``chunk_of(cfg, role, prompt_tokens, computed, budget)``: the prefill chunk the
-    scheduler of a ``role`` instance picks for a crafted request (``Instance.chunk_tokens``)."""
+    scheduler of a ``role`` instance picks for a crafted request (``Scheduler.chunk_tokens``)."""
     sims: dict[int, tuple[SimConfig, Simulation]] = {}
 
     def chunk(cfg: SimConfig, role: Role, prompt_tokens: int, computed: int,
@@ -64,7 +72,7 @@ def chunk_of() -> Callable[..., int]:
         inst = sim.by_role[role][0]
         req = Request(10**6, 0.0, prompt_tokens, 8, cfg.speculative.num_speculative_tokens)
         req.num_computed = computed
-        return int(inst.chunk_tokens(req, budget))
+        return int(inst.scheduler.chunk_tokens(req, budget))
 
     return chunk
 
@@ -74,7 +82,7 @@ def check_instance(inst: Any) -> None:
     inst.pool.check()
     held = sum(len(t) for t in inst.pool.tables.values())
     assert held == inst.pool.num_used <= inst.pool.num_blocks
-    assert len(inst.running) <= inst.max_num_seqs
+    assert len(inst.running) <= inst.scheduler.max_num_seqs
 
 
 @pytest.fixture

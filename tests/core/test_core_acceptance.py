@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from pdsim import SimConfig, simulate
 from pdsim.rng import counter_key, counter_uniforms
-from pdsim.spec.acceptance import AcceptanceSampler, expected_tokens_per_step
+from pdsim.spec_decode.acceptance import AcceptanceSampler, expected_tokens_per_step
 
 INKLING_RATES = [0.7568, 0.6011, 0.4976, 0.4113, 0.3538, 0.2980, 0.2608, 0.2229]
 

@@ -11,17 +11,16 @@ import pytest
 from core_support import CONFIGS
 from test_core_runs import small_overrides
 
-import pdsim.engine.decode_run as decode_run
-import pdsim.engine.instance as instance_module
 from pdsim import Simulation, load_config
+from pdsim.engine.look_ahead import look_ahead_row
 
 
 def _same_row(fast: Any, slow: Any) -> None:
-    assert fast.fstep == slow.fstep and fast.repair_first == slow.repair_first
-    live = len(slow.ctx_start)
+    assert fast.finish_step == slow.finish_step and fast.repair_first == slow.repair_first
+    live = len(slow.context_at_start)
     np.testing.assert_array_equal(fast.accepted[:live], slow.accepted[:live])
-    np.testing.assert_array_equal(fast.cum[:live], slow.cum[:live])
-    for name in ("ctx_start", "need"):
+    np.testing.assert_array_equal(fast.emitted_by_step[:live], slow.emitted_by_step[:live])
+    for name in ("context_at_start", "blocks_needed"):
         np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name))
     if slow.repair_after is None:
         assert fast.repair_after is None
@@ -30,35 +29,31 @@ def _same_row(fast: Any, slow: Any) -> None:
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: Path(p).stem)
-def test_fresh_rows_equal_the_per_row_look_ahead(path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fresh_rows_equal_the_per_row_look_ahead(path: Path) -> None:
     """Every request entering decode on every shipped config: the table's look-ahead over
     a short and a full window equals the one computed for the row alone (table off)."""
     cfg = load_config(path, small_overrides(Path(path)))
     checked = {"fresh": 0}
-    original = instance_module.Instance._enter_decode
 
-    def entering(inst: Any, req: Any, step: int) -> None:
-        original(inst, req, step)
-        if inst.fresh_rows is None:
+    def entering(inst: Any, req: Any) -> None:
+        table = inst.fresh_rows
+        if table is None:
             return
-        s = req.slot
+        s, rows = req.slot, inst.rows
         for steps in (5, inst.max_run_steps):
-            fast = decode_run._look_ahead_row(inst, s, steps)
-            table, inst.fresh_rows = inst.fresh_rows, None
-            try:
-                slow = decode_run._look_ahead_row(inst, s, steps)
-            finally:
-                inst.fresh_rows = table
+            fast = look_ahead_row(rows, inst.layout, table, s, steps)
+            slow = look_ahead_row(rows, inst.layout, None, s, steps)
             assert (fast is None) == (slow is None)
             if slow is not None:
                 _same_row(fast, slow)
-        fresh = table.look_ahead(req.id, 5, int(inst.ctx[s]),
-                                 int(inst.tgt[s]) - int(inst.out[s]), int(inst.blocks[s]),
-                                 max(int(inst.prev_rej[s]) - 1, 0))
+        fresh = table.look_ahead(req.id, 5, int(rows.context_tokens[s]),
+                                 int(rows.target_tokens[s]) - int(rows.output_tokens[s]),
+                                 int(rows.blocks_held[s]),
+                                 max(int(rows.rejected_last_step[s]) - 1, 0))
         checked["fresh"] += fresh is not None
 
-    monkeypatch.setattr(instance_module.Instance, "_enter_decode", entering)
-    Simulation(cfg).run()
+    sim = Simulation(cfg)
+    sim.hooks.decode_entered.append(entering)
+    sim.run()
     if cfg.speculative.num_speculative_tokens:
         assert checked["fresh"] > 0  # the table was used, not only its fallback

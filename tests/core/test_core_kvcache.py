@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from pdsim import Simulation
 from pdsim.config import Role
-from pdsim.engine.kvcache import BlockPool, KVCacheError, KVLayout
+from pdsim.engine.kvcache import BlockPool, KVCacheError
 
 # ------------------------------------------------------------------------ the pool
 
@@ -121,7 +121,7 @@ ATT_BYTES = 8 * 1024  # ATTENTION: 8 layers x 1024 bytes per token
 
 def test_attention_only_layout() -> None:
     cfg = make_config(method="none")
-    lay = KVLayout.from_config(cfg, BS)
+    lay = cfg.kv_layout(BS)
     assert lay.block_bytes == BS * ATT_BYTES
     assert lay.fixed_blocks == 0 and lay.sliding == ()
     for t, want in [(0, 0), (1, 1), (16, 1), (17, 2), (1000, 63)]:
@@ -136,7 +136,7 @@ def test_drafter_kv_shares_the_block(method: str, n: int, modules: int) -> None:
     """Multi-module MTP adds N modules' KV per token, other eagle-family drafters one,
     ngram none: a transfer moves target and drafter KV alike."""
     cfg = make_config(method=method, n_spec=n, data=None)
-    lay = KVLayout.from_config(cfg, BS)
+    lay = cfg.kv_layout(BS)
     assert lay.block_bytes == BS * (ATT_BYTES + modules * 1024)
     assert lay.transfer_bytes(100) == 7 * lay.block_bytes
 
@@ -154,7 +154,7 @@ def test_sliding_window_retains_lookahead_minus_one(method: str, n: int, extra: 
     cfg = make_config(f"model.layer_groups={[ATTENTION, SLIDING]}".replace("'", '"'),
                       method=method, n_spec=n)
     assert cfg.extra_retained_tokens == extra
-    lay = KVLayout.from_config(cfg, BS)
+    lay = cfg.kv_layout(BS)
     drafter_bytes = cfg.num_drafter_modules * 1024 if method != "none" else 0
     assert lay.block_bytes == BS * (ATT_BYTES + drafter_bytes)  # full-attention layers only
     assert lay.sliding == ((window + extra, 8 * 1024),)
@@ -168,7 +168,7 @@ def test_sliding_window_retains_lookahead_minus_one(method: str, n: int, extra: 
 
 def test_mamba_state_is_fixed_blocks() -> None:
     cfg = make_config(method="none", mamba=True)
-    lay = KVLayout.from_config(cfg, BS)
+    lay = cfg.kv_layout(BS)
     state = 24 * 200_000
     assert lay.fixed_blocks == math.ceil(state / (BS * ATT_BYTES)) > 0
     assert lay.blocks_for(0) == lay.fixed_blocks
@@ -198,7 +198,7 @@ def test_blocks_for_array_matches_scalar_and_is_monotone(
         plus: int) -> None:
     cfg = make_config(_layer_groups(sliding, mamba),
                       method="mtp" if n_spec else "none", n_spec=n_spec)
-    lay = KVLayout.from_config(cfg, block_size)
+    lay = cfg.kv_layout(block_size)
     arr = lay.blocks_for_array(np.asarray(tokens, dtype=np.int64))
     assert arr.tolist() == [lay.blocks_for(t) for t in tokens]
     arr = lay.blocks_for_array(np.asarray(tokens, dtype=np.int64), plus)

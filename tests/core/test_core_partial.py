@@ -5,32 +5,29 @@ from __future__ import annotations
 import numpy as np
 
 import pdsim
-from pdsim.results import build_results
 from pdsim.simulation import Simulation
 
 
 def _interrupted(stop_s: float) -> tuple[Simulation, pdsim.Results]:
     cfg = pdsim.load_config("configs/mtp3.yaml", ["workload.num_requests=60"])
     sim = Simulation(cfg)
-    for inst in sim.instances:
-        sim.env.process(inst.run())
-    sim.env.process(sim._arrivals())
+    sim.start()
     while sim.env.now < stop_s:
-        sim.env.step()
-    return sim, build_results(sim)
+        sim.step()
+    return sim, sim.finalize()
 
 
 def test_requests_still_decoding_keep_their_counters_and_chunks() -> None:
     sim, res = _interrupted(5.0)
-    decoding = {inst.req_of_slot[s].id: (inst, s)  # type: ignore[union-attr]
-                for inst in sim.instances for s in range(inst.k)}
+    decoding = {inst.rows.request_of_row[s].id: (inst, s)  # type: ignore[union-attr]
+                for inst in sim.instances for s in range(inst.rows.count)}
     assert decoding, "the run should be interrupted while requests decode"
     for rid, (inst, s) in decoding.items():
         rec = res.records[rid]
         assert rec["status"] == "in_flight"
-        assert rec["output_tokens"] == int(inst.out[s]) > 0
-        assert rec["num_drafts"] == int(inst.n_drafts[s]) > 0
-        assert rec["num_accepted_tokens"] == int(inst.n_acc[s])
+        assert rec["output_tokens"] == int(inst.rows.output_tokens[s]) > 0
+        assert rec["num_drafts"] == int(inst.rows.drafts[s]) > 0
+        assert rec["num_accepted_tokens"] == int(inst.rows.accepted_tokens[s])
         # one chunk for the first token, one per decode step since
         assert rec["num_chunks"] == rec["num_drafts"] + 1
     s = res.summary
@@ -41,6 +38,6 @@ def test_requests_still_decoding_keep_their_counters_and_chunks() -> None:
 
 def test_building_results_twice_gives_the_same_summary() -> None:
     sim, first = _interrupted(4.0)
-    again = build_results(sim)
+    again = sim.finalize()
     assert first.summary["num_drafts"] == again.summary["num_drafts"]
     assert first.summary["total_output_tokens"] == again.summary["total_output_tokens"]

@@ -1,6 +1,6 @@
 """Slot-level provenance of the drafter KV P hands to D (reference sections 2-4).
 
-The pure functions in ``pdsim.spec.provenance`` are checked against closed forms stated
+The pure functions in ``pdsim.spec_decode.provenance`` are checked against closed forms stated
 in the reference and against ``excess_stale_by_token_identity`` (which token each slot
 consumed versus the true one). Then the same predictions are checked on D's state in
 simulations: the stale-slot row of each request right after its first step on D.
@@ -27,8 +27,7 @@ from hypothesis import strategies as st
 
 from pdsim import Simulation
 from pdsim.config import Role
-from pdsim.engine.kvcache import KVLayout
-from pdsim.spec.provenance import (
+from pdsim.spec_decode.provenance import (
     SlotCause,
     StaleSlot,
     d_excess_stale_slots,
@@ -195,7 +194,7 @@ def _sim_config(*, L: int, n: int, block_size: int, chunk: int, mamba: bool, pus
                      "prompt_tokens": {"kind": "fixed", "tokens": L},
                      "output_tokens": {"kind": "fixed", "tokens": 6}}
     # Pools that hold every request at once (no preemption on D), sized from the layout.
-    need = KVLayout.from_config(make_config(data=copy.deepcopy(d)), block_size).blocks_for(
+    need = make_config(data=copy.deepcopy(d)).kv_layout(block_size).blocks_for(
         L + 8 + n)
     for role in budgets:
         d["cluster"][role]["scheduler"]["num_blocks"] = 6 * need
@@ -220,7 +219,7 @@ def test_d_stale_state_after_first_step(decode_entries: list[Any], L: int, n: in
                       auto=auto, accuracy=accuracy, colocated=colocated,
                       p_pressure=p_pressure)
     b = reference_backoff(cfg.num_prefill_lookahead_tokens, mamba, auto)
-    sim = Simulation(cfg)
+    sim = decode_entries.attach(Simulation(cfg))
     res = sim.run()
     assert not terminal_problems(res.records)
     assert res.summary["completed"] == 5
@@ -267,7 +266,7 @@ def test_mamba_single_module_guess_reaches_d(decode_entries: list[Any]) -> None:
     cfg = _sim_config(L=300, n=1, block_size=16, chunk=512, mamba=True, push=False,
                       auto=True, accuracy=0.0, colocated=False, p_pressure=False)
     assert d_excess_stale_slots(300, 299, 299, 1)  # the function predicts one guess slot
-    Simulation(cfg).run()
+    decode_entries.attach(Simulation(cfg)).run()
     assert decode_entries and all(e.stale[0] == 1.0 for e in decode_entries)
 
 

@@ -151,15 +151,15 @@ def test_batch_limits_hold_in_every_step(n_spec: int, mode: str) -> None:
             log, np.asarray(inst.step_log, dtype=np.float64).reshape(-1, 8))
         q = 1 + (n_spec if inst.role is not Role.PREFILL else 0)
         tokens = log[:, PREFILL] + log[:, DECODE_REQS] * q
-        assert (tokens <= inst.max_batched_tokens).all()
-        assert (log[:, DECODE_REQS] <= inst.max_num_seqs).all()
-        assert (log[:, RUNNING] <= inst.max_num_seqs).all()
+        assert (tokens <= inst.scheduler.max_num_batched_tokens).all()
+        assert (log[:, DECODE_REQS] <= inst.scheduler.max_num_seqs).all()
+        assert (log[:, RUNNING] <= inst.scheduler.max_num_seqs).all()
         assert (log[:, KV_USED] <= facts.num_blocks).all()
         assert (log[:, END] > log[:, START]).all()
         assert (log[1:, START] >= log[:-1, END]).all()  # one step at a time
         if inst.role is Role.PREFILL:
             assert (log[:, DECODE_REQS] == 0).all()  # P only prefills
-            saw_chunked |= bool((log[:, PREFILL] == inst.max_batched_tokens).any())
+            saw_chunked |= bool((log[:, PREFILL] == inst.scheduler.max_num_batched_tokens).any())
         else:
             assert (log[:, DECODE_REQS] > 0).any()
         if inst.role is Role.DECODE:
@@ -190,8 +190,8 @@ def test_preemption_by_recompute(checked_run: Callable[[Simulation], Any], mode:
     assert not terminal_problems(res.records)
     assert res.summary["completed"] == 16
     inst = next(i for i in sim.instances if i.role.value == role)
-    assert inst.preemptions > 0
-    assert res.summary["preemptions"] == sum(i.preemptions for i in sim.instances) > 0
+    assert inst.scheduler.preemptions > 0
+    assert res.summary["preemptions"] == sum(i.scheduler.preemptions for i in sim.instances) > 0
     for i in sim.instances:
         assert i.pool.num_used == 0 and not i.pool.tables
     assert any(r["num_preemptions"] for r in res.records)

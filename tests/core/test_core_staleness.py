@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdsim import simulate
-from pdsim.spec.provenance import (
+from pdsim.spec_decode.provenance import (
     SlotCause,
     excess_profile,
     leading_right,

@@ -23,18 +23,18 @@ from rel_support import examples, small_cfg
 from test_rel_invariants import CASES, random_configs
 
 import pdsim
-import pdsim.engine.instance as instance_module
 from pdsim.config import SimConfig
+from pdsim.engine_config import EngineConfig
 from pdsim.loader import load_config
+from pdsim.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
 
 
-def _step_by_step(cfg: SimConfig, monkeypatch: pytest.MonkeyPatch) -> Any:
-    with monkeypatch.context() as m:
-        m.setattr(instance_module, "plan_decode_run", lambda inst: None)
-        return pdsim.simulate(cfg)
+def _step_by_step(cfg: SimConfig) -> Any:
+    """``cfg`` with decode runs off (``engine.decode_runs: off``)."""
+    return pdsim.simulate(cfg.model_copy(update={"engine": EngineConfig(decode_runs="off")}))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -51,18 +51,11 @@ def assert_same_records(cfg: SimConfig, monkeypatch: pytest.MonkeyPatch) -> int:
     """Run ``cfg`` with and without decode runs; the number of decode steps that ran
     inside runs (so a case can show it exercised them)."""
     runs: list[Any] = []
-    original = instance_module.plan_decode_run
-
-    def recording(inst: Any) -> Any:
-        run = original(inst)
-        if run is not None:
-            runs.append(run)
-        return run
-
-    with monkeypatch.context() as m:
-        m.setattr(instance_module, "plan_decode_run", recording)
-        fast = pdsim.simulate(cfg)
-    slow = _step_by_step(cfg, monkeypatch)
+    assert cfg.engine.decode_runs == "auto"
+    sim = Simulation(cfg)
+    sim.hooks.run_planned.append(lambda inst, run: runs.append(run))
+    fast = sim.run()
+    slow = _step_by_step(cfg)
     assert len(fast.records) == len(slow.records)
     for a, b in zip(fast.records, slow.records, strict=True):
         diff = {k: (a[k], b[k]) for k in a if not _same(a[k], b[k])}
@@ -75,7 +68,7 @@ def assert_same_records(cfg: SimConfig, monkeypatch: pytest.MonkeyPatch) -> int:
         np.testing.assert_array_equal(fi.step_log[:, 2:], si.step_log[:, 2:], err_msg=fi.name)
         assert math.isclose(fi.busy_s, si.busy_s, rel_tol=1e-9), fi.name
     assert fast.segments == slow.segments
-    return sum(run.cur + 1 for run in runs)
+    return sum(run.reached + 1 for run in runs)
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -114,7 +107,7 @@ def test_runs_that_outgrow_their_join_room_run_the_same(
     original = DecodeRun._grow_columns
 
     def counting(self: DecodeRun) -> None:
-        grown.append(self.ncols)
+        grown.append(self.num_cols)
         original(self)
 
     monkeypatch.setattr(DecodeRun, "join_room", 1)

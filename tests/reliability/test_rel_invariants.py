@@ -24,7 +24,7 @@ from pdsim.engine.kvcache import BlockPool
 from pdsim.invariants import InvariantViolation, check_invariants, run_checked
 from pdsim.loader import load_config
 from pdsim.simulation import Simulation
-from pdsim.spec.acceptance import AcceptanceSampler
+from pdsim.spec_decode.acceptance import AcceptanceSampler
 
 MTP8_RATES = [0.7568, 0.6011, 0.4976, 0.4113, 0.3538, 0.2980, 0.2608, 0.2229]
 MAMBA_MODEL = {

@@ -108,7 +108,7 @@ def test_trace_workload() -> None:
                             "max_requests": 50}, "duration_s": 10.0})
     specs = generate_requests(c, RandomStreams(0))
     assert 0 < len(specs) <= 50 and specs.arrival_s[-1] <= 10.0
-    assert specs.meta["hash_block_tokens"] == 512 and specs.hash_ids is not None
+    assert specs.hash_block_tokens == 512 and specs.hash_ids is not None
     closed = workload({"trace": {"kind": "azure", "path": "pkg:traces/azure_sample.csv"},
                        "arrivals": {"kind": "closed_loop", "concurrency": 4}})
     specs = generate_requests(closed, RandomStreams(0))

@@ -56,7 +56,7 @@ def test_mooncake_replays_exactly(tmp_path: Path, scale: float | None) -> None:
     np.testing.assert_array_equal(specs.output_tokens,
                                   [r["output_length"] for r in MOONCAKE_ROWS])
     assert specs.hash_ids == tuple(tuple(r["hash_ids"]) for r in MOONCAKE_ROWS)
-    assert specs.meta["hash_block_tokens"] == 512
+    assert specs.hash_block_tokens == 512
     assert specs.source == "mooncake" and specs.closed_loop_concurrency is None
     assert specs.prompt_tokens.dtype == np.int64 and specs.arrival_s.dtype == np.float64
 
@@ -72,7 +72,7 @@ def test_mooncake_without_hash_ids_and_other_keys(tmp_path: Path) -> None:
 def test_mooncake_block_size_is_configurable(tmp_path: Path) -> None:
     rows = [{"timestamp": 0, "input_length": 33, "output_length": 1, "hash_ids": [1, 2, 3]}]
     cfg = MooncakeTrace(path=str(mooncake_file(tmp_path, rows)), hash_block_tokens=16)
-    assert replay_trace(cfg).meta["hash_block_tokens"] == 16
+    assert replay_trace(cfg).hash_block_tokens == 16
     with pytest.raises(InputFileError, match="hash_block_tokens"):
         replay_trace(MooncakeTrace(path=cfg.path))
 

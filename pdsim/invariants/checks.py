@@ -1,66 +1,17 @@
-"""Engine invariants, checked after every SimPy event in the tests.
-
-``run_checked(cfg)`` runs a simulation one event at a time (``env.step()``) and, after each
-event, checks every invariant below; the first violation raises ``InvariantViolation``
-naming the instance, the request and the simulated time. This is the only module that
-reads engine internals for checking, so an engine refactoring updates this file alone.
-
-Invariants (after every event):
-
-1. **KV block accounting** (per instance): used + free blocks = total; no block is in two
-   block tables or both owned and free; no block is freed twice (``BlockPool.free`` raises
-   on it, and the driver counts frees per request).
-2. **Blocks have owners**: every block table belongs to a request that instance holds
-   (waiting, receiving, running or pinned for a transfer); a request that finished,
-   failed or was rejected holds no blocks anywhere; an instance that is down holds no
-   request and no block.
-3. **KV covers the computation**: a running request holds at least the blocks for the
-   tokens it has computed (prefill) or its context (decode); the decode rows (request of
-   each row, its block count) agree with the block pool and with the running list.
-4. **P frees a request's blocks exactly once** after its prefill ends (D read them, the
-   lease expired, the transfer failed or an instance went down): never twice, and by the
-   end of the run exactly once per attempt that finished its prefill.
-5. **D never computes on KV it does not have**: a request enters a D instance's batch
-   either with nothing computed (local recompute) or with its remote KV landed
-   (``transfer_end_s`` set, not in the future) and no more tokens computed than it
-   loaded; nothing in the batch is still waiting for remote KV.
-6. **Per-request timestamps are ordered** (those that are set): arrival <= p_queued <=
-   p_start <= p_end <= d_queued <= transfer_start <= transfer_end <= first_token <=
-   finish; none is later than the end of a step an instance has already committed; once
-   set a timestamp never changes (a retry after an instance outage starts a new attempt,
-   which resets the per-hop timestamps but not arrival, first token or finish).
-7. **Speculative counters**: per request and per decode row, accepted <= drafted at
-   every position (``accepted_per_pos[i] <= num_drafts``), the per-position counts are
-   non-increasing and sum to the accepted tokens, draft tokens = drafts x N, and output
-   tokens never exceed the target (a finished request has exactly its target).
-8. **Request conservation**: every request that has arrived is finished, failed,
-   rejected, or in flight in exactly one instance's queue (waiting, receiving or
-   running), never two; arrived = finished + failed + rejected + in flight, and the
-   simulation's done counter equals finished + failed + rejected. No request whose
-   arrival time has passed is still undispatched (open-loop workloads).
-9. **Closed loops**: requests are released in order, and the k-th release (k >= C, the
-   concurrency) comes no earlier than the (k - C)-th request ended.
-10. **Liveness**: while requests are in flight the event queue is never empty (no
-    deadlock), and the run ends with every request finished, failed or rejected and
-    every KV pool empty.
-"""
+"""The invariants that need no history, checked on a simulation's state (see the
+package docstring for the list)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pdsim.config import Role
-from pdsim.engine.kvcache import BlockPool
 from pdsim.engine.request import Phase, Request, Status
-from pdsim.results import Results, build_results
 from pdsim.simulation import Simulation
 
 if TYPE_CHECKING:
-    from pdsim.config import SimConfig
     from pdsim.engine.instance import Instance
-    from pdsim.workload import RequestSpecs
 
 # The order a request's timestamps are reached in (those that are set).
 TIMESTAMP_ORDER: tuple[str, ...] = (
@@ -240,13 +191,14 @@ def _check_queues(sim: Simulation, inst: Instance, homes: dict[int, str],
 
 
 def _check_decode_slots(sim: Simulation, inst: Instance) -> None:
-    used = [s for s, r in enumerate(inst.req_of_slot) if r is not None]
+    rows = inst.rows
+    used = [s for s, r in enumerate(rows.request_of_row) if r is not None]
     if not inst.decodes:
         if used:
             _fail(sim, f"prefill instance {inst.name} has decode slots {used} in use")
         return
-    dense = getattr(inst, "k", None)  # rows 0..k-1 when the engine keeps them dense
-    if dense is not None and used != list(range(dense)):
+    dense = rows.count  # rows 0..count-1: the engine keeps them dense
+    if used != list(range(dense)):
         _fail(sim, f"{inst.name}: decode rows in use {used} are not 0..{dense - 1}")
     n = inst.n_spec
     decoding = {r.id for r in inst.running if r.phase is Phase.DECODE}
@@ -254,7 +206,7 @@ def _check_decode_slots(sim: Simulation, inst: Instance) -> None:
     finished = set(run.finished_rows) if run is not None else set()
     seen: set[int] = set()
     for s in used:
-        req = inst.req_of_slot[s]
+        req = rows.request_of_row[s]
         assert req is not None
         if s in finished:  # finished inside a decode run: vacated when it is committed
             if req.phase is not Phase.DONE or inst.pool.held(req.id):
@@ -265,20 +217,21 @@ def _check_decode_slots(sim: Simulation, inst: Instance) -> None:
         if req.slot != s or req.phase is not Phase.DECODE:
             _fail(sim, f"{inst.name}: slot {s} holds request {req.id} (slot {req.slot}, "
                        f"{req.phase.value})")
-        drafts = int(inst.n_drafts[s])
-        pos = [int(x) for x in inst.acc_pos[s, :n]] if n else []
+        drafts = int(rows.drafts[s])
+        pos = [int(x) for x in rows.accepted_per_pos[s, :n]] if n else []
         _check_spec(sim, f"{inst.name} slot {s} (request {req.id})", drafts, drafts * n,
-                    int(inst.n_acc[s]), pos)
+                    int(rows.accepted_tokens[s]), pos)
         held = inst.pool.held(req.id)
-        if int(inst.blocks[s]) != held:
-            _fail(sim, f"{inst.name}: slot {s} mirrors {int(inst.blocks[s])} blocks, the pool "
-                       f"says request {req.id} holds {held}")
-        if held < inst.layout.blocks_for(int(inst.ctx[s])):
-            _fail(sim, f"{inst.name}: request {req.id} has context {int(inst.ctx[s])} but "
+        if int(rows.blocks_held[s]) != held:
+            _fail(sim, f"{inst.name}: slot {s} mirrors {int(rows.blocks_held[s])} blocks, the "
+                       f"pool says request {req.id} holds {held}")
+        context = int(rows.context_tokens[s])
+        if held < inst.layout.blocks_for(context):
+            _fail(sim, f"{inst.name}: request {req.id} has context {context} but "
                        f"holds only {held} blocks")
-        if int(inst.out[s]) > int(inst.tgt[s]):
-            _fail(sim, f"{inst.name}: request {req.id} emitted {int(inst.out[s])} > target "
-                       f"{int(inst.tgt[s])}")
+        out, target = int(rows.output_tokens[s]), int(rows.target_tokens[s])
+        if out > target:
+            _fail(sim, f"{inst.name}: request {req.id} emitted {out} > target {target}")
     if seen != decoding:
         _fail(sim, f"{inst.name}: decode slots hold {sorted(seen)}, running decodes are "
                    f"{sorted(decoding)}")
@@ -322,11 +275,13 @@ def _row_settling(sim: Simulation, req: Request) -> int | None:
     """Tokens emitted by ``req``'s decode row if the request finished inside the decode
     run being followed and its row waits for the run's commit to be settled; else None."""
     inst = sim.by_name.get(req.d_instance)
-    run = getattr(inst, "active_run", None) if inst is not None else None
-    if run is None or req.slot < 0 or req.slot not in run.finished_rows \
-            or inst.req_of_slot[req.slot] is not req:  # type: ignore[union-attr]
+    if inst is None:
         return None
-    return int(inst.out[req.slot])  # type: ignore[union-attr]
+    run = inst.active_run
+    if run is None or req.slot < 0 or req.slot not in run.finished_rows \
+            or inst.rows.request_of_row[req.slot] is not req:
+        return None
+    return int(inst.rows.output_tokens[req.slot])
 
 
 def _check_timestamps(sim: Simulation, req: Request, now: float) -> None:
@@ -343,182 +298,3 @@ def _check_timestamps(sim: Simulation, req: Request, now: float) -> None:
 
 
 # ------------------------------------------------------------------ stateful checks
-
-
-class InvariantChecker:
-    """Checks all invariants of one simulation after every event, keeping the history
-    the stateful ones need (P-side frees, D admissions, timestamps set once).
-
-    Installing it wraps the simulation's block pools (to count frees per request); create
-    it before the simulation starts.
-    """
-
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.events = 0
-        self._by_id = {r.id: r for r in sim.requests}
-        # P-side frees of a request's blocks after its prefill ended, per attempt (an
-        # outage retry sends the request through P again): (instance, id, attempt) -> n
-        self.p_frees: dict[tuple[str, int, int], int] = {}
-        self._running: dict[str, set[int]] = {i.name: set() for i in sim.instances}
-        self._stamps: dict[tuple[int, int], dict[str, float]] = {}
-        for inst in sim.instances:
-            if inst.role is Role.PREFILL:
-                _count_frees(inst, self._on_p_free)
-
-    def _on_p_free(self, inst: Instance, owner: int, had_table: bool) -> None:
-        req = self._by_id.get(owner)
-        if req is None or not had_table or math.isnan(req.p_end_s):
-            return  # preemption on P, before the prefill ended: not the hand-over free
-        key = (inst.name, owner, _attempt(req))
-        self.p_frees[key] = n = self.p_frees.get(key, 0) + 1
-        if n > 1:
-            _fail(self.sim, f"{inst.name} freed request {owner}'s blocks {n} times after its "
-                            f"prefill")
-
-    def check(self) -> None:
-        """All invariants, after one event."""
-        sim = self.sim
-        check_invariants(sim)
-        now = sim.env.now
-        for inst in sim.instances:
-            running = {r.id for r in inst.running}
-            new = running - self._running[inst.name]
-            self._running[inst.name] = running
-            if inst.role is Role.DECODE:
-                for rid in sorted(new):
-                    self._check_d_admission(inst, self._by_id[rid])
-                for req in inst.running:
-                    if req.id in inst.receiving:
-                        _fail(sim, f"{inst.name} computes request {req.id} while its KV "
-                                   f"is still in flight")
-                    if req.kv_from_remote and not (req.transfer_end_s <= now + _EPS):
-                        _fail(sim, f"{inst.name} computes request {req.id} from remote KV "
-                                   f"that has not landed (transfer_end_s="
-                                   f"{req.transfer_end_s})")
-            if inst.role is Role.PREFILL:
-                for rid in inst.pinned:
-                    if self.p_frees.get((inst.name, rid, _attempt(self._by_id[rid])), 0):
-                        _fail(sim, f"{inst.name} still pins request {rid} after freeing it")
-                    if not inst.pool.held(rid):
-                        _fail(sim, f"{inst.name} pins request {rid} but holds no blocks "
-                                   f"for it")
-        for req in sim.requests:
-            if _dispatched(req):
-                self._check_set_once(req)
-
-    def _check_d_admission(self, inst: Instance, req: Request) -> None:
-        """A request just entered D's batch: local recompute or landed remote KV."""
-        sim = self.sim
-        if req.num_computed == 0:
-            return
-        if not req.kv_from_remote:
-            allowed = req.prefix_hit_tokens
-            if req.num_computed > allowed:
-                _fail(sim, f"{inst.name} admitted request {req.id} with {req.num_computed} "
-                           f"tokens computed, neither recomputed locally nor loaded")
-            return
-        if math.isnan(req.transfer_end_s) or req.transfer_end_s > sim.env.now + _EPS:
-            _fail(sim, f"{inst.name} admitted request {req.id} before its KV landed")
-        if req.num_computed > req.remote_tokens:
-            _fail(sim, f"{inst.name} admitted request {req.id} with {req.num_computed} "
-                       f"computed tokens but loaded only {req.remote_tokens}")
-
-    def _check_set_once(self, req: Request) -> None:
-        # a retry after an outage starts a new attempt with fresh per-hop timestamps
-        stamps = self._stamps.setdefault((req.id, _attempt(req)), {})
-        if not stamps and _attempt(req):
-            stamps.update((k, v) for k, v in self._stamps.get((req.id, _attempt(req) - 1),
-                                                             {}).items() if k in _END_TO_END)
-        for name in TIMESTAMP_ORDER:
-            t = getattr(req, name)
-            if math.isnan(t):
-                if name in stamps:
-                    _fail(self.sim, f"request {req.id}: {name} was {stamps[name]}, now unset")
-                continue
-            old = stamps.setdefault(name, t)
-            if old != t:
-                _fail(self.sim, f"request {req.id}: {name} changed from {old} to {t}")
-
-    def finish(self) -> None:
-        """End-of-run checks: everything terminal, every P hand-over freed exactly once."""
-        sim = self.sim
-        self.check()
-        left = [r.id for r in sim.requests if r.status not in _TERMINAL]
-        if left:
-            _fail(sim, f"run ended with requests {left[:10]} still in flight")
-        for req in sim.requests:
-            if math.isnan(req.p_end_s):
-                continue
-            n = self.p_frees.get((req.p_instance, req.id, _attempt(req)), 0)
-            if n != 1:
-                _fail(sim, f"{req.p_instance} freed request {req.id}'s blocks {n} times after "
-                           f"its prefill (expected exactly once)")
-        for inst in sim.instances:
-            if inst.pool.num_used:
-                _fail(sim, f"{inst.name} ends the run with {inst.pool.num_used} blocks in use")
-
-
-def _count_frees(inst: Instance, hook: Callable[[Instance, int, bool], None]) -> None:
-    """Make ``inst.pool`` report every ``free`` to ``hook`` (before freeing).
-
-    ``BlockPool`` has ``__slots__``, so the method is replaced by switching the object's
-    class to a per-run subclass without new slots (same layout).
-    """
-    pool = inst.pool
-    if type(pool) is not BlockPool:  # pragma: no cover - the engine changed its pool
-        raise TypeError(f"{inst.name}.pool is a {type(pool).__name__}, not a BlockPool")
-
-    class CountingPool(BlockPool):
-        __slots__ = ()
-
-        def free(self, owner: int) -> int:
-            hook(inst, owner, owner in self.tables)
-            return BlockPool.free(self, owner)
-
-    pool.__class__ = CountingPool
-
-
-# -------------------------------------------------------------------------- driver
-
-
-def run_checked(cfg: SimConfig, every_event: bool = True,
-                requests: RequestSpecs | None = None,
-                max_events: int | None = None) -> Results:
-    """Simulate ``cfg`` one event at a time, checking every invariant after each event
-    (or only at the end when ``every_event`` is false); return the run's ``Results``.
-
-    ``Simulation.run`` does its own setup; only the event loop is replaced (its
-    ``env.run(until=...)`` call becomes a stepping loop), so the checked run is the run.
-    Raises ``InvariantViolation`` on the first broken invariant, on a deadlock (no event
-    left while requests are in flight) or after ``max_events`` events.
-    """
-    sim = Simulation(cfg, requests)
-    checker = InvariantChecker(sim)
-    env = sim.env
-
-    def stepping_run(until: Any = None) -> None:
-        while True:
-            if until is not None and hasattr(until, "callbacks"):
-                if until.processed:
-                    return
-            elif until is not None and env.peek() >= until:
-                return
-            if env.peek() == math.inf:
-                _fail(sim, f"deadlock: no event left, {len(sim.requests) - sim.num_done} "
-                           f"requests in flight")
-            env.step()
-            checker.events += 1
-            if every_event:
-                checker.check()
-            if max_events is not None and checker.events > max_events:
-                _fail(sim, f"more than {max_events} events")
-
-    env.run = stepping_run  # type: ignore[method-assign]
-    sim.run()
-    checker.finish()
-    return build_results(sim)
-
-
-__all__ = ["TIMESTAMP_ORDER", "InvariantChecker", "InvariantViolation", "check_invariants",
-           "run_checked"]

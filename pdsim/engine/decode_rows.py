@@ -1,0 +1,280 @@
+"""The per-request decode state of one instance, one row per decoding request.
+
+Rows ``0..count-1`` hold the requests decoding now, kept dense so a step works on array
+views, never on gathered copies. ``DecodeRows`` is the only writer of these arrays; its
+verbs are the whole interface:
+
+- ``enter``: a request starts decoding (its prefill's last chunk just ended);
+- ``apply_step`` / ``apply_run``: one decode step's outcome, or a decode run's steps
+  (computed by ``decode_advance``), added to the rows;
+- ``settle``: copy a row's counters into its request (it leaves, or results are read);
+- ``vacate`` / ``vacate_many``: free rows, moving the last rows into the holes;
+- ``snapshot``: a row's counters, read-only, for results of an interrupted run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pdsim.engine.decode_advance import DraftParams, emitted_tokens, rejected_drafts
+from pdsim.engine.request import Phase, Request
+
+if TYPE_CHECKING:
+    from pdsim.spec_decode.acceptance import AcceptanceSampler
+
+
+@dataclass(frozen=True)
+class RowSnapshot:
+    """A decoding request's counters not yet settled into it: its output so far, the
+    drafts verified and accepted in its current row, and where its open segment began."""
+
+    output_tokens: int
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_per_pos: np.ndarray
+    segment_first_step: int
+
+
+class DecodeRows:
+    """Per-row decode arrays of an instance (``capacity`` rows; ``count`` in use)."""
+
+    def __init__(self, capacity: int, draft: DraftParams,
+                 sampler: AcceptanceSampler) -> None:
+        n = max(1, draft.num_spec_tokens)
+        self.draft = draft
+        self.sampler = sampler
+        self.capacity = capacity
+        self.count = 0
+        self.request_of_row: list[Request | None] = [None] * capacity
+        self.context_tokens = np.zeros(capacity, dtype=np.int64)
+        self.output_tokens = np.zeros(capacity, dtype=np.int64)
+        self.target_tokens = np.zeros(capacity, dtype=np.int64)
+        self.blocks_held = np.zeros(capacity, dtype=np.int64)
+        self.segment_first_step = np.zeros(capacity, dtype=np.int64)
+        # verifications (steps with drafts) and accepted drafts since the row was entered
+        self.drafts = np.zeros(capacity, dtype=np.int64)
+        self.accepted_tokens = np.zeros(capacity, dtype=np.int64)
+        self.accepted_per_pos = np.zeros((capacity, n), dtype=np.int64)
+        # drafts the row's previous step rejected (the drafter repairs all but one)
+        self.rejected_last_step = np.zeros(capacity, dtype=np.int64)
+        # acceptance draws: the request's key, and its verifications before this row
+        self.draw_key = np.zeros(capacity, dtype=np.uint64)
+        self.drafts_before = np.zeros(capacity, dtype=np.int64)
+        # entries of the multi-module re-prefill cache that hold real tokens
+        self.reprefill_cache_valid = np.zeros(capacity, dtype=np.int64)
+        # per drafter module, the weight of stale KV slots the modules read
+        self.stale_weight = np.zeros((capacity, max(1, draft.num_modules)), dtype=np.float64)
+        # P(a >= i + 1) per request at its current stale weights (the sampler's input),
+        # refreshed whenever ``stale_weight`` changes
+        self.survival = np.zeros((capacity, n), dtype=np.float64)
+        self._clean_survival = (sampler.clean_survival if draft.num_spec_tokens
+                                else np.ones(n, dtype=np.float64))
+        self._arrays = (self.context_tokens, self.output_tokens, self.target_tokens,
+                        self.blocks_held, self.segment_first_step, self.drafts,
+                        self.accepted_tokens, self.accepted_per_pos, self.rejected_last_step,
+                        self.reprefill_cache_valid, self.stale_weight, self.draw_key,
+                        self.drafts_before, self.survival)
+        self.draft_positions = np.arange(n)
+
+    # ------------------------------------------------------------------ enter
+
+    def enter(self, req: Request, step: int, blocks_held: int,
+              stale_weights: list[float] | None) -> int:
+        """``req`` starts decoding after step ``step`` (in which its prefill ended),
+        holding ``blocks_held`` blocks, with the stale KV weights P left (None: none).
+        Returns its row."""
+        s = self.count
+        self.count += 1
+        draft = self.draft
+        req.slot = s
+        req.phase = Phase.DECODE
+        self.request_of_row[s] = req
+        self.context_tokens[s] = req.seq_tokens
+        self.output_tokens[s] = req.num_output
+        self.target_tokens[s] = req.output_target
+        self.blocks_held[s] = blocks_held
+        self.segment_first_step[s] = step
+        self.drafts[s] = 0
+        self.draw_key[s] = self.sampler.request_key(req.id)
+        self.drafts_before[s] = req.num_drafts
+        self.accepted_tokens[s] = 0
+        self.accepted_per_pos[s] = 0
+        self.rejected_last_step[s] = 0  # the step that ends a prefill rejected nothing
+        if draft.multi_module and draft.reprefill_cache_shortfall:
+            self.reprefill_cache_valid[s] = min(draft.num_spec_tokens - 1,
+                                                req.final_chunk_tokens)
+        elif draft.multi_module:
+            self.reprefill_cache_valid[s] = draft.num_spec_tokens - 1  # ablation: full
+        else:
+            # no multi-module re-prefill cache to run dry
+            self.reprefill_cache_valid[s] = draft.num_spec_tokens
+        if stale_weights is None:
+            self.stale_weight[s] = 0.0
+            self.survival[s] = self._clean_survival
+        else:
+            self.stale_weight[s] = stale_weights
+            self.refresh_survival(slice(s, s + 1))
+        return s
+
+    def refresh_survival(self, rows: slice) -> None:
+        """Recompute ``survival`` for ``rows`` from their stale weights."""
+        draft = self.draft
+        stale = self.stale_weight[rows]
+        if not draft.num_spec_tokens or not stale.any():
+            self.survival[rows] = self._clean_survival
+            return
+        self.survival[rows] = self.sampler.survival_of(
+            draft.conditional * np.exp(-draft.stale_sensitivity * stale[:, draft.module_of_pos]))
+
+    # ------------------------------------------------------------------ apply
+
+    def apply_step(self, num_rows: int) -> list[int]:
+        """One decode step of rows ``0..num_rows-1`` (those the step was planned with; rows that
+        entered since sit behind them): draw their accepted drafts, emit, update the
+        speculative state. Returns the rows whose requests emitted their last token,
+        highest first (release them in that order: moved rows are never revisited)."""
+        draft = self.draft
+        n = draft.num_spec_tokens
+        out = self.output_tokens[:num_rows]
+        if n:
+            stale = self.stale_weight[:num_rows]
+            accepted = self.sampler.draw(self.draw_key[:num_rows],
+                                         self.drafts_before[:num_rows] + self.drafts[:num_rows],
+                                         self.survival[:num_rows])
+            emitted = emitted_tokens(accepted)
+            self.drafts[:num_rows] += 1
+            self.accepted_tokens[:num_rows] += accepted
+            self.accepted_per_pos[:num_rows] += self.draft_positions < accepted[:, None]
+            if draft.multi_module:
+                cache = self.reprefill_cache_valid[:num_rows]
+                garbage = self.rejected_last_step[:num_rows] - 1 - cache
+                changed = False
+                if (garbage > 0).any():
+                    # The re-prefill cache is short of entries: the repair recomputes those
+                    # positions from garbage, into every module (module 0 included,
+                    # unless the ablation leaves it out).
+                    stale += np.maximum(garbage, 0)[:, None] * draft.garbage_modules
+                    changed = True
+                if draft.decay_tokens is not None:
+                    stale *= np.exp(-emitted / draft.decay_tokens)[:, None]
+                    changed = True
+                if changed:
+                    self.refresh_survival(slice(0, num_rows))
+                np.minimum(cache + emitted, n - 1, out=cache)
+                self.rejected_last_step[:num_rows] = rejected_drafts(n, accepted)
+            out += emitted
+            self.context_tokens[:num_rows] += emitted
+        else:
+            out += 1
+            self.context_tokens[:num_rows] += 1
+        target = self.target_tokens[:num_rows]
+        done = out >= target
+        if not done.any():
+            return []
+        np.minimum(out, target, out=out)
+        return np.flatnonzero(done)[::-1].tolist()  # type: ignore[no-any-return]
+
+    def apply_run(self, steps: int, emitted: np.ndarray, decoding: np.ndarray,
+                  accepted: np.ndarray | None, last_accepted: np.ndarray | None) -> None:
+        """A decode run's first ``steps`` steps, applied to rows ``0..cols-1`` (``cols`` =
+        ``len(emitted)``): ``emitted`` tokens per row over them, ``decoding`` (steps x
+        cols) whether each row decoded in each step, ``accepted`` (steps x cols, None
+        without drafts) its accepted drafts, ``last_accepted`` those of each row's last
+        step in the run (multi-module: what its next step repairs)."""
+        cols = len(emitted)
+        out = self.output_tokens[:cols]
+        np.minimum(out + emitted, self.target_tokens[:cols], out=out)
+        self.context_tokens[:cols] += emitted
+        if accepted is None:
+            return
+        n = self.draft.num_spec_tokens
+        accepted_then = accepted[:steps, :cols] * decoding
+        took = np.add.reduce(decoding, axis=0, dtype=np.int64)
+        self.drafts[:cols] += took
+        self.accepted_tokens[:cols] += np.add.reduce(accepted_then, axis=0)
+        per_pos = self.accepted_per_pos
+        for i in range(n):  # drafts accepted at position i: the steps with a > i
+            per_pos[:cols, i] += np.add.reduce(accepted_then > i, axis=0)
+        if self.draft.multi_module:
+            assert last_accepted is not None
+            np.copyto(self.rejected_last_step[:cols], n - last_accepted, where=took > 0)
+
+    def finish(self, s: int) -> None:
+        """Row ``s`` emitted its last token inside a decode run (it keeps the row until
+        the run commits)."""
+        self.output_tokens[s] = self.target_tokens[s]
+
+    # ----------------------------------------------------------- settle, vacate
+
+    def settle(self, req: Request, last_step: int, instance_index: int) -> None:
+        """Copy ``req``'s row counters into it (its last step in the row given)."""
+        s = req.slot
+        if last_step >= self.segment_first_step[s]:
+            req.segments.append([instance_index, int(self.segment_first_step[s]), last_step])
+        req.num_output = int(self.output_tokens[s])
+        nd = int(self.drafts[s])
+        n = self.draft.num_spec_tokens
+        req.num_drafts += nd
+        req.num_draft_tokens += nd * n
+        req.num_accepted_tokens += int(self.accepted_tokens[s])
+        if n:
+            req.accepted_per_pos += self.accepted_per_pos[s, :n]
+
+    def vacate(self, s: int) -> None:
+        """Free row ``s``, keeping rows dense (the last row moves into it)."""
+        req = self.request_of_row[s]
+        assert req is not None
+        last = self.count - 1
+        if s != last:  # keep rows dense: move the last row into the hole
+            for arr in self._arrays:
+                arr[s] = arr[last]
+            moved = self.request_of_row[last]
+            assert moved is not None
+            moved.slot = s
+            self.request_of_row[s] = moved
+        self.request_of_row[last] = None
+        self.count = last
+        req.slot = -1
+
+    def vacate_many(self, rows: list[int]) -> None:
+        """``vacate`` of each of ``rows`` (distinct), highest first: the same rows end up
+        where, moved in one array operation per array."""
+        left = self.count
+        order = list(range(left))  # order[i]: the row now at i
+        for s in sorted(rows, reverse=True):
+            left -= 1
+            order[s] = order[left]
+            order.pop()
+        moves = [(i, r) for i, r in enumerate(order) if i != r]
+        of_row = self.request_of_row
+        vacated = [of_row[s] for s in rows]
+        if moves:
+            dst = [i for i, _ in moves]
+            src = [r for _, r in moves]
+            for arr in self._arrays:
+                arr[dst] = arr[src]
+            moved = [of_row[r] for r in src]
+            for i, req in zip(dst, moved, strict=True):
+                assert req is not None
+                req.slot = i
+                of_row[i] = req
+        for s in range(left, self.count):
+            of_row[s] = None
+        for req in vacated:
+            assert req is not None
+            req.slot = -1
+        self.count = left
+
+    # --------------------------------------------------------------- snapshot
+
+    def snapshot(self, s: int) -> RowSnapshot:
+        """Row ``s``'s counters not yet settled into its request (copies)."""
+        n = self.draft.num_spec_tokens
+        nd = int(self.drafts[s])
+        return RowSnapshot(int(self.output_tokens[s]), nd, nd * n,
+                           int(self.accepted_tokens[s]), self.accepted_per_pos[s, :n].copy(),
+                           int(self.segment_first_step[s]))

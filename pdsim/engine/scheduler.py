@@ -1,0 +1,370 @@
+"""An instance's scheduler: it turns the queues into a step plan and applies the step's
+outcome (vLLM v1's ``Scheduler`` has the same two jobs).
+
+``schedule()`` builds the next step's batch: running decodes first (growing their blocks,
+preempting from the tail when the pool runs short), then running prefill chunks, then
+FCFS admission from the waiting queue under ``max_num_seqs`` and
+``max_num_batched_tokens``. ``update_from_output()`` applies a step that ended: prefill
+chunks computed (a prompt done hands over on P, emits its first token elsewhere) and the
+decode rows advanced (``DecodeRows.apply_step``). The scheduler never yields to SimPy; the
+engine loop (``Instance.run``) prices and times the steps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from pdsim.config import Role
+from pdsim.engine.decode_advance import blocks_needed, repair_positions
+from pdsim.engine.request import Phase, PrefillingList, Request, WaitingQueue, tokens_left
+from pdsim.perf.base import StepBatch
+from pdsim.spec_decode.provenance import leading_right, stale_plan
+
+if TYPE_CHECKING:
+    from pdsim.config import SchedulerConfig
+    from pdsim.engine.instance import Instance
+
+
+class StepPlan(NamedTuple):
+    """What one step computes: prefill chunks and the decode rows."""
+
+    chunks: list[tuple[Request, int]]
+    num_decode: int  # decode rows 0..num_decode-1 at schedule time
+    batch: StepBatch
+
+
+class Scheduler:
+    """The queues of one instance and the rules that batch them."""
+
+    def __init__(self, instance: Instance, sched: SchedulerConfig) -> None:
+        self.instance = instance
+        self.env = instance.env
+        self.cluster = instance.cluster
+        self.hooks = instance.hooks
+        self.index = instance.index
+        self.role = instance.role
+        self.kv = instance.kv
+        self.pool = instance.pool
+        self.layout = instance.layout
+        self.rows = instance.rows
+        self.n_spec = instance.n_spec
+        self.decodes = instance.decodes
+        self.draft = instance.draft
+        self.step_end_s = instance.step_end_s  # the instance's step log: its length
+        self.max_num_seqs = sched.max_num_seqs
+        self.max_num_batched_tokens = sched.max_num_batched_tokens
+        self.chunked = sched.enable_chunked_prefill
+        self.long_prefill_threshold = sched.long_prefill_token_threshold
+        self.lookahead = instance.lookahead  # the shared contract
+        # queues
+        self.waiting = WaitingQueue()
+        self.receiving: dict[int, Request] = {}
+        self.running: list[Request] = []
+        self.prefilling = PrefillingList()
+        self.pinned: dict[int, Request] = {}  # in the order they were pinned
+        self.preemptions = 0
+
+    def unblock_waiting(self) -> bool:
+        """Break a wait that no event would end; True if something was freed.
+
+        On D, waiting requests hold the blocks of their landed KV. When nothing runs and
+        nothing is in flight, no event will free a block, so if the head cannot be
+        admitted the most recently queued holder gives its blocks back and will recompute
+        its prompt locally (as after a preemption).
+        """
+        if self.running or self.receiving or not self.waiting:
+            return False
+        return self.reclaim_waiting_kv(keep=self.waiting[0])
+
+    def reclaim_waiting_kv(self, keep: Request | None = None) -> bool:
+        """D: take the landed KV of the most recently queued waiting request (not ``keep``)
+        back into the pool; that request will recompute its prompt locally. Running
+        requests come first: without this, requests waiting for a batch slot could hold
+        the blocks a running request needs to grow, and it would preempt itself forever.
+        """
+        if self.role is not Role.DECODE or not self.instance.up:
+            return False
+        for req in reversed(self.waiting):
+            if req.kv_from_remote and req is not keep and self.pool.held(req.id):
+                self.pool.free(req.id)
+                before = tokens_left(req)
+                req.recompute_prompt_on_d()
+                self.waiting.adjust(tokens_left(req) - before)
+                req.num_preemptions += 1
+                self.preemptions += 1
+                return True
+        return False
+
+    def chunk_tokens(self, req: Request, budget: int) -> int:
+        """Prompt tokens of ``req`` the next step may compute within ``budget``."""
+        remaining = req.seq_tokens - req.num_computed
+        n = min(remaining, budget)
+        if self.long_prefill_threshold is not None:
+            n = min(n, self.long_prefill_threshold)
+        if n < remaining:
+            if not self.chunked:
+                return 0
+            la = self.lookahead
+            # Never leave 0 < remaining < lookahead for the last chunk: the trailing
+            # drafter modules would read drafts instead of prompt tokens.
+            if la and remaining - n < la:
+                n = remaining - la
+        return max(n, 0)
+
+    def prefill_target_tokens(self, req: Request, n: int) -> int:
+        """Tokens ``req`` holds KV for once a chunk of ``n`` is computed (plus room for the
+        sampled token and the first drafts when it then decodes here)."""
+        end = req.num_computed + n
+        if end >= req.seq_tokens and self.decodes:
+            end += 1 + self.n_spec  # room for the sampled token and the first drafts
+        return end
+
+    def schedule(self) -> StepPlan | None:
+        budget = self.max_num_batched_tokens
+        tokens_per_row = 1 + self.n_spec
+        layout, pool = self.layout, self.pool
+        rows = self.rows
+        num_rows = rows.count
+        if num_rows:
+            while True:
+                need = (blocks_needed(layout, rows.context_tokens[:num_rows], self.n_spec)
+                        - rows.blocks_held[:num_rows])
+                total = int(need.sum()) if need.any() else 0
+                if total <= pool.num_free:
+                    break
+                if not self.reclaim_waiting_kv() and not self.preempt_tail():
+                    break
+                num_rows = rows.count
+            if total:
+                for s in np.flatnonzero(need > 0).tolist():
+                    extra = int(need[s])
+                    req = rows.request_of_row[s]
+                    assert req is not None
+                    if pool.allocate(req.id, extra):
+                        rows.blocks_held[s] += extra
+            budget -= num_rows * tokens_per_row
+
+        chunks: list[tuple[Request, int]] = []
+        for req in list(self.prefilling):
+            if budget <= 0:
+                break
+            if req.phase is not Phase.PREFILL:
+                continue
+            n = self.chunk_tokens(req, budget)
+            if n <= 0:
+                continue
+            extra = layout.blocks_for(self.prefill_target_tokens(req, n)) - pool.held(req.id)
+            while extra > pool.num_free:
+                if self.reclaim_waiting_kv():
+                    continue
+                victim_was_self = self.running and self.running[-1] is req
+                if not self.preempt_tail() or victim_was_self:
+                    break
+            if req.phase is not Phase.PREFILL:
+                continue
+            if extra > pool.num_free:
+                continue
+            pool.allocate(req.id, extra)
+            chunks.append((req, n))
+            budget -= n
+        num_rows = rows.count
+
+        skipped: list[Request] = []
+        waiting = self.waiting
+        caches_prefixes = self.kv.caches_prefixes
+        while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = waiting.popleft()
+            if self.awaits_remote_kv(req):
+                if not self.load_remote_kv(req):
+                    waiting.appendleft(req)
+                    break
+                continue
+            hit = 0
+            if caches_prefixes and req.num_computed == 0 and req.hash_ids:
+                hit = self.kv.prefix_hit(req)
+                req.num_computed = hit
+            n = self.chunk_tokens(req, budget)
+            if n <= 0:
+                req.num_computed -= hit
+                skipped.append(req)
+                break
+            extra = layout.blocks_for(self.prefill_target_tokens(req, n)) - pool.held(req.id)
+            if not pool.allocate(req.id, extra):
+                req.num_computed -= hit
+                waiting.appendleft(req)
+                break
+            if caches_prefixes:
+                self.kv.count_lookup(req, hit)
+            self.start_prefill(req)
+            chunks.append((req, n))
+            budget -= n
+        for req in reversed(skipped):
+            waiting.appendleft(req)
+
+        if not chunks and not num_rows:
+            return None
+        prefill_tokens = 0
+        pairs = 0.0
+        for req, n in chunks:
+            prefill_tokens += n
+            pairs += n * (req.num_computed + (n + 1) / 2)
+        context_sum = repair = 0
+        if num_rows:
+            context_sum = int(rows.context_tokens[:num_rows].sum())
+            if self.n_spec:
+                repair = int(repair_positions(rows.rejected_last_step[:num_rows]).sum())
+        batch = StepBatch(prefill_tokens, pairs, num_rows, num_rows * tokens_per_row,
+                          context_sum, repair)
+        return StepPlan(chunks, num_rows, batch)
+
+    def start_prefill(self, req: Request) -> None:
+        """``req`` was admitted with its first chunk (its blocks allocated)."""
+        req.phase = Phase.PREFILL
+        self.running.append(req)
+        self.prefilling.append(req)
+        if self.role is Role.PREFILL and math.isnan(req.p_start_s):
+            req.p_start_s = self.env.now
+
+    @staticmethod
+    def awaits_remote_kv(req: Request) -> bool:
+        """D: ``req`` was handed over and its KV has not been loaded yet."""
+        params = req.kv_params
+        return params is not None and params.do_remote_prefill and not req.kv_from_remote
+
+    def load_remote_kv(self, req: Request, reserve: int = 0) -> bool:
+        """D: allocate blocks for ``req``'s remote tokens and start loading them; False
+        (and no change) unless ``reserve`` blocks would still be free afterwards."""
+        pool = self.pool
+        extra = self.layout.blocks_for(req.remote_tokens) - pool.held(req.id)
+        if extra > pool.num_free - reserve or not pool.allocate(req.id, extra):
+            return False
+        req.phase = Phase.WAITING_FOR_REMOTE_KVS
+        self.receiving[req.id] = req
+        self.cluster.start_kv_transfer(req, self.instance)
+        return True
+
+    def preempt_tail(self) -> bool:
+        """Preempt the lowest-priority running request (recompute); False if none."""
+        if not self.running:
+            return False
+        req = self.running.pop()
+        self.preemptions += 1
+        req.num_preemptions += 1
+        if req.phase is Phase.DECODE:
+            self.release_row(req, len(self.step_end_s) - 1)
+        else:
+            self.prefilling.remove(req)
+        self.pool.free(req.id)
+        req.num_computed = 0
+        req.phase = Phase.WAITING
+        if self.role is Role.PREFILL:
+            req.p_preemptions += 1
+        else:
+            # Recompute prompt and generated tokens locally: fresh, exact drafter KV. P's
+            # blocks are gone by now, so the request never asks for remote KV again.
+            req.seq_tokens = req.prompt_tokens + req.num_output
+            req.kv_from_remote = False
+            req.kv_params = None
+        self.waiting.appendleft(req)
+        return True
+
+    # ----------------------------------------------------------- outputs
+
+    def update_from_output(self, plan: StepPlan, step: int, now: float) -> None:
+        """Step ``step`` (planned as ``plan``) ended at ``now``: its prefill chunks are
+        computed and its decode rows advanced; requests that completed move on."""
+        for req, n in plan.chunks:
+            self.complete_chunk(req, n, step, now)
+        if plan.num_decode:
+            # release from the highest row down so moved rows are never revisited
+            for s in self.rows.apply_step(plan.num_decode):
+                self.finish_row(s, step, now)
+
+    def complete_chunk(self, req: Request, n: int, step: int, now: float) -> None:
+        """Step ``step`` computed ``n`` more prompt tokens of ``req``."""
+        if req.phase is not Phase.PREFILL:
+            return
+        req.num_computed += n
+        self.prefilling.adjust(-n)
+        if req.num_computed >= req.seq_tokens:
+            req.final_chunk_tokens = n
+            self._prefill_done(req, step, now)
+
+    def _prefill_done(self, req: Request, step: int, now: float) -> None:
+        self.prefilling.remove(req)
+        self.kv.prefix_insert(req)
+        if self.role is Role.PREFILL:
+            self.running.remove(req)
+            req.phase = Phase.PINNED
+            req.p_end_s = now
+            self.pinned[req.id] = req
+            self.cluster.on_prefill_done(req, self.instance)
+            return
+        req.num_output += 1
+        if math.isnan(req.first_token_s):
+            req.first_token_s = now
+        if req.num_output >= req.output_target:
+            req.segments.append([self.index, step, step])
+            self.running.remove(req)
+            self.pool.free(req.id)
+            req.phase = Phase.DONE
+            self.cluster.finish(req)
+            return
+        self._enter_decode(req, step)
+
+    def _enter_decode(self, req: Request, step: int) -> None:
+        stale = (self._remote_stale_weights(req) if self.n_spec and req.kv_from_remote
+                 else None)
+        self.rows.enter(req, step, self.pool.held(req.id), stale)
+        for hook in self.hooks.decode_entered:
+            hook(self.instance, req)
+
+    def _remote_stale_weights(self, req: Request) -> list[float] | None:
+        """Per drafter module, the stale weight of the slots P left in ``req``'s KV that D
+        does not rewrite (None when there are none). A slot is stale unless every token it
+        was computed through was right: one provenance draw says how many of P's guesses
+        of real prompt tokens were right in a row, one how many of P's drafts (at the
+        drafter's clean acceptance)."""
+        draft = self.draft
+        plan = stale_plan(req.prompt_tokens - req.p_prompt_tokens,
+                          req.prompt_tokens - req.d_first_local, draft.num_modules,
+                          req.prompt_tokens, draft.decay_tokens, draft.unverified_draft_slots)
+        if not plan.slots:
+            return None
+        draws = iter(self.cluster.provenance_draws.take(plan.num_draws))
+        right_guesses = (leading_right(next(draws), draft.guess_survival[:plan.max_guesses])
+                         if plan.max_guesses else 0)
+        right_drafts = (leading_right(next(draws), draft.draft_survival[:plan.max_drafts])
+                        if plan.max_drafts else 0)
+        weights = [0.0] * self.rows.stale_weight.shape[1]
+        added = False
+        for m, weight, guesses, drafts in plan.slots:
+            if guesses <= right_guesses and drafts <= right_drafts:
+                continue  # every token the slot was computed through was right
+            weights[m] += weight
+            added = True
+        return weights if added else None
+
+    def release_row(self, req: Request, last_step: int) -> None:
+        self.rows.settle(req, last_step, self.index)
+        self.rows.vacate(req.slot)
+
+    def finish_row(self, s: int, step: int, at_s: float, vacate: bool = True,
+                   settle: bool = True) -> None:
+        """Decode row ``s`` emitted its last token in step ``step``: settle the row into its
+        request, free its blocks and finish it at ``at_s``. A decode run keeps the row
+        (neither settled nor vacated) until it commits."""
+        rows = self.rows
+        req = rows.request_of_row[s]
+        assert req is not None
+        if settle:
+            rows.settle(req, step, self.index)
+        if vacate:
+            rows.vacate(s)
+        self.running.remove(req)
+        self.pool.free(req.id)
+        req.phase = Phase.DONE
+        self.cluster.finish(req, at_s)

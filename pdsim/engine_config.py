@@ -1,0 +1,18 @@
+"""The engine's own switches (config layer: imports nothing of the engine)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pdsim._model import StrictModel
+
+
+class EngineConfig(StrictModel):
+    """How the engine computes, not what it models: every switch leaves results the same.
+
+    ``decode_runs``: ``auto`` follows stretches of pure-decode steps as vectorized decode
+    runs wherever they may be taken; ``off`` takes every decode step as its own event
+    (slower; the reference the runs are tested against).
+    """
+
+    decode_runs: Literal["auto", "off"] = "auto"
