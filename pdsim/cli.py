@@ -44,7 +44,6 @@ def run(
 ) -> None:
     """Simulate CONFIG and print a summary (written to --out too)."""
     from pdsim.report import summary_table
-    from pdsim.results import build_results
     from pdsim.simulation import Simulation
 
     cfg = load(config, set_, seed)
@@ -56,7 +55,7 @@ def run(
             res = sim.run(progress=update)
         except KeyboardInterrupt:
             interrupted = True
-            res = build_results(sim)
+            res = sim.finalize()
             res.partial = True
     if out is not None:
         from pdsim.writers import write_run

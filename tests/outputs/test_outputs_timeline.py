@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import pdsim
-from pdsim.results import InstanceFacts, Results
+from pdsim.metrics import InstanceFacts
+from pdsim.results import Results
 from pdsim.timeline import DEFAULT_MAX_STEPS, timeline_document, write_timeline
 
 MTP3 = Path(__file__).resolve().parents[2] / "configs" / "mtp3.yaml"

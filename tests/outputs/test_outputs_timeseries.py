@@ -10,7 +10,8 @@ import pytest
 
 from pdsim.config import SimConfig
 from pdsim.errors import InputFileError
-from pdsim.results import InstanceFacts, Results
+from pdsim.metrics import InstanceFacts
+from pdsim.results import Results
 from pdsim.timeseries import (
     TIMESERIES_FIELDS,
     StepSeries,

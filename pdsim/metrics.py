@@ -1,0 +1,264 @@
+"""Metrics derived from a run's facts, with vLLM's definitions (reference section 6).
+
+Pure functions of the per-request records and the instances' step facts:
+
+- TTFT: arrival to the first output chunk; E2E: arrival to the last.
+- TPOT: ``(E2E - TTFT) / (output_tokens - 1)`` per request with more than one token.
+- ITL: gaps between output chunks (a speculative step's a+1 tokens are one chunk).
+- acceptance rate: accepted / draft tokens; acceptance length: 1 + accepted / drafts;
+  per-position rate i: accepted_per_pos[i] / drafts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pdsim.summary import (
+    PERCENTILES,
+    InstanceSummary,
+    LatencyStats,
+    RunSummary,
+    SloSummary,
+    SpecDecodeSummary,
+)
+
+if TYPE_CHECKING:
+    from pdsim.config import SimConfig
+
+NAN = math.nan
+
+
+@dataclass
+class InstanceFacts:
+    """What one instance did: its step end times and per-step log."""
+
+    name: str
+    role: str
+    num_blocks: int
+    step_end_s: np.ndarray
+    # columns: start_s, end_s, prefill_tokens, decode_requests, kv_used_blocks, running,
+    # waiting, receiving
+    step_log: np.ndarray
+    busy_s: float
+    preemptions: int
+
+
+def chunk_times(instances: list[InstanceFacts], segments: list[list[int]]) -> np.ndarray:
+    """End times of the steps in which a request emitted chunks, in order."""
+    if not segments:
+        return np.empty(0)
+    parts = [instances[i].step_end_s[a:b + 1] for i, a, b in segments]
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def _column(records: Sequence[dict[str, Any]], key: str) -> Any:
+    """One column of records, as stored when they are columnar (``RecordTable``)."""
+    columns = getattr(records, "columns", None)
+    if columns is not None:
+        return columns[key]
+    return [r[key] for r in records]
+
+
+def _stats(values: np.ndarray, weights: np.ndarray | None = None) -> LatencyStats:
+    """Mean, std and ``PERCENTILES`` of ``values`` (NaNs dropped), or of a weighted sample
+    (``weights`` are multiplicities; the lower weighted percentile); all NaN when empty."""
+    v = values[~np.isnan(values)] if weights is None else values
+    if weights is not None and len(v):
+        order = np.argsort(v, kind="stable")
+        v, w = v[order], weights[order].astype(np.float64)
+        keep = w > 0
+        v, w = v[keep], w[keep]
+    if not len(v):
+        return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
+    if weights is None:
+        return LatencyStats(float(np.mean(v)), float(np.std(v)),
+                            *(float(np.percentile(v, p)) for p in PERCENTILES))
+    total = w.sum()
+    mean = float((v * w).sum() / total)
+    std = float(math.sqrt(max(0.0, (w * (v - mean) ** 2).sum() / total)))
+    cum = np.cumsum(w)
+    # the lower weighted percentile (the value at or above p% of the mass)
+    pcts = [float(v[min(int(np.searchsorted(cum, p / 100.0 * total, side="left")), len(v) - 1)])
+            for p in PERCENTILES]
+    return LatencyStats(mean, std, *pcts)
+
+
+def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """All inter-chunk gaps as (gap values, multiplicities), without per-chunk lists.
+
+    Within a segment a request emits a chunk every step, so step k's gap counts once for
+    each segment containing both k-1 and k; gaps across a preemption are added singly.
+    """
+    counts = [np.zeros(len(f.step_end_s) + 1, dtype=np.int64) for f in instances]
+    extra: list[float] = []
+    for segs in segments.values():
+        prev_end = None
+        for i, a, b in segs:
+            if b > a:
+                counts[i][a + 1] += 1
+                counts[i][b + 1] -= 1
+            t0 = instances[i].step_end_s[a]
+            if prev_end is not None:
+                extra.append(t0 - prev_end)
+            prev_end = instances[i].step_end_s[b]
+    vals, wts = [], []
+    for f, c in zip(instances, counts, strict=True):
+        if len(f.step_end_s) < 2:
+            continue
+        mult = np.cumsum(c)[1:len(f.step_end_s)]
+        gaps = np.diff(f.step_end_s)
+        vals.append(gaps)
+        wts.append(mult)
+    if extra:
+        vals.append(np.asarray(extra))
+        wts.append(np.ones(len(extra), dtype=np.int64))
+    if not vals:
+        return np.empty(0), np.empty(0, dtype=np.int64)
+    return np.concatenate(vals), np.concatenate(wts)
+
+
+def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: np.ndarray,
+                       horizon_s: float) -> float:
+    """Mean of a step-wise series over [0, horizon]: each value holds for its step."""
+    if horizon_s <= 0 or not len(values):
+        return 0.0
+    return float((values * (times_end - times_start)).sum() / horizon_s)
+
+
+def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
+              segments: dict[int, list[list[int]]], config: SimConfig) -> RunSummary:
+    """The run's metrics, from its facts alone (the cluster-level counters, such as
+    ``kv_lease_expired``, are left at their defaults for ``results_from`` to fill)."""
+    n = len(records)
+    col = {k: np.asarray(_column(records, k), dtype=np.float64)
+           for k in ("arrival_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "output_tokens",
+                     "prompt_tokens", "kv_bytes_transferred", "kv_transfer_s",
+                     "tokens_recomputed_on_d", "d_local_prefill_tokens", "num_drafts",
+                     "num_draft_tokens", "num_accepted_tokens", "num_preemptions")} \
+        if n else {}
+    status = list(_column(records, "status"))
+    finished = np.asarray([s == "finished" for s in status], dtype=bool)
+    completed = int(finished.sum())
+    reasons: dict[str, int] = {}
+    for why in _column(records, "fail_reason"):
+        if why:
+            reasons[why] = reasons.get(why, 0) + 1
+    if n:
+        start = float(np.nanmin(col["arrival_s"]))
+        ends = col["finish_s"][finished]
+        end = float(ends.max()) if len(ends) else start
+    else:
+        start = end = 0.0
+    duration = max(end - start, 0.0)
+    out_tok = float(col["output_tokens"][finished].sum()) if n else 0.0
+    in_tok = float(col["prompt_tokens"][finished].sum()) if n else 0.0
+    empty = np.empty(0)
+    gaps, mult = itl_distribution(instances, segments)
+
+    kt = col["kv_transfer_s"] if n else empty
+    kt = kt[~np.isnan(kt)]
+    return RunSummary(
+        num_requests=n,
+        completed=completed,
+        failed=status.count("failed"),
+        rejected=status.count("rejected"),
+        in_flight=status.count("in_flight"),
+        failure_reasons=dict(sorted(reasons.items())),
+        duration_s=duration,
+        total_input_tokens=int(in_tok),
+        total_output_tokens=int(out_tok),
+        request_throughput_req_s=completed / duration if duration > 0 else NAN,
+        output_throughput_tok_s=out_tok / duration if duration > 0 else NAN,
+        total_token_throughput_tok_s=(in_tok + out_tok) / duration if duration > 0 else NAN,
+        ttft=_stats(col["ttft_s"][finished] if n else empty),
+        tpot=_stats(col["tpot_s"][finished] if n else empty),
+        e2e=_stats(col["e2e_s"][finished] if n else empty),
+        itl=_stats(gaps, mult),
+        spec_decode=_spec_decode(records, col, config),
+        kv_bytes_transferred=int(col["kv_bytes_transferred"].sum()) if n else 0,
+        kv_transfer_time_s=float(kt.sum()) if len(kt) else 0.0,
+        mean_kv_transfer_s=float(kt.mean()) if len(kt) else NAN,
+        tokens_recomputed_on_d=int(col["tokens_recomputed_on_d"].sum()) if n else 0,
+        d_local_prefill_tokens=int(col["d_local_prefill_tokens"].sum()) if n else 0,
+        preemptions=int(col["num_preemptions"].sum()) if n else 0,
+        slo=_slo(col, finished, duration, config),
+        instances=_instances(instances),
+    )
+
+
+def _spec_decode(records: Sequence[dict[str, Any]], col: dict[str, np.ndarray],
+                 config: SimConfig) -> SpecDecodeSummary:
+    """Speculative decoding, vLLM's counters and definitions."""
+    n = len(records)
+    nspec = config.speculative.num_speculative_tokens
+    drafts = int(col["num_drafts"].sum()) if n else 0
+    draft_tokens = int(col["num_draft_tokens"].sum()) if n else 0
+    accepted = int(col["num_accepted_tokens"].sum()) if n else 0
+    per_pos = (np.asarray(_column(records, "accepted_per_pos"), dtype=np.int64)
+               .reshape(n, -1).sum(axis=0) if n and nspec else np.zeros(nspec, dtype=np.int64))
+    return SpecDecodeSummary(
+        num_drafts=drafts,
+        num_draft_tokens=draft_tokens,
+        num_accepted_tokens=accepted,
+        num_accepted_tokens_per_pos=tuple(per_pos.tolist()),
+        acceptance_rate=accepted / draft_tokens if draft_tokens else NAN,
+        acceptance_length=1.0 + accepted / drafts if drafts else NAN,
+        per_position_acceptance_rates=tuple((per_pos / drafts).tolist()) if drafts else (),
+    )
+
+
+def _slo(col: dict[str, np.ndarray], finished: np.ndarray, duration: float,
+         config: SimConfig) -> SloSummary | None:
+    """SLO attainment and goodput; None when the config sets no TTFT or TPOT target."""
+    slo = config.slo
+    if slo.ttft_s is None and slo.tpot_s is None:
+        return None
+    n = len(finished)
+    ok = finished.copy()
+    if slo.ttft_s is not None:
+        ok &= np.nan_to_num(col["ttft_s"], nan=np.inf) <= slo.ttft_s
+    if slo.tpot_s is not None:
+        tp = col["tpot_s"]
+        ok &= np.where(np.isnan(tp), True, tp <= slo.tpot_s)
+    pct = slo.percentile
+    ttft_p = (float(np.percentile(col["ttft_s"][finished], pct))
+              if finished.any() else NAN)
+    tp_f = col["tpot_s"][finished]
+    tp_f = tp_f[~np.isnan(tp_f)]
+    tpot_p = float(np.percentile(tp_f, pct)) if len(tp_f) else NAN
+    meets = int(finished.sum()) == n
+    if slo.ttft_s is not None:
+        meets = meets and ttft_p <= slo.ttft_s
+    if slo.tpot_s is not None:
+        meets = meets and (math.isnan(tpot_p) or tpot_p <= slo.tpot_s)
+    return SloSummary(
+        attainment=float(ok.sum() / n) if n else NAN,
+        goodput_req_s=float(ok.sum() / duration) if duration > 0 else NAN,
+        ttft_percentile_s=ttft_p,
+        tpot_percentile_s=tpot_p,
+        met=bool(meets),
+    )
+
+
+def _instances(instances: list[InstanceFacts]) -> dict[str, InstanceSummary]:
+    """Per instance, time-weighted over the run's horizon (the last step end)."""
+    horizon = max((float(f.step_end_s[-1]) for f in instances if len(f.step_end_s)),
+                  default=0.0)
+    per_inst = {}
+    for f in instances:
+        log = f.step_log
+        kv = (time_weighted_mean(log[:, 0], log[:, 1], log[:, 4] / f.num_blocks, horizon)
+              if len(log) else 0.0)
+        running = time_weighted_mean(log[:, 0], log[:, 1], log[:, 5], horizon) if len(log) \
+            else 0.0
+        per_inst[f.name] = InstanceSummary(
+            role=f.role, steps=len(f.step_end_s),
+            busy_fraction=f.busy_s / horizon if horizon > 0 else 0.0,
+            mean_kv_usage=kv, mean_running=running, preemptions=f.preemptions)
+    return per_inst
