@@ -13,6 +13,15 @@ from pydantic import Field, field_validator, model_validator
 from pdsim._model import StrictModel
 from pdsim.perf.architecture import DType, ModelArchitecture
 from pdsim.perf.hardware import HardwareSpec
+from pdsim.perf.kernels import DEFAULT_KERNELS, KernelFit
+
+# CPU costs of the serving loop (docs/step-time.md: where they come from)
+CPU_OVERHEAD_S = 1.0e-3
+CPU_OVERHEAD_PER_REQUEST_S = 1.0e-5
+DRAFTER_PASS_OVERHEAD_S = 4.0e-4
+
+KERNEL_FIELDS = ("compute_efficiency", "gemm_half_tokens", "memory_efficiency",
+                 "kernel_latency_s", "communication_efficiency", "collective_latency_s")
 
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Efficiency = Annotated[float, Field(gt=0, le=1)]
@@ -39,6 +48,26 @@ class SimpleStepTimeConfig(StrictModel):
     drafter_token_cost_ratio: Annotated[float, Field(ge=0)] = 0.04
 
 
+def _hardware_kernels(hardware: object) -> KernelFit | None:
+    """The fitted kernel constants of a hardware profile name or inline mapping (None when
+    it does not resolve: the field validators report that)."""
+    from pdsim.perf.profiles import hardware_names, load_hardware
+
+    if isinstance(hardware, HardwareSpec):
+        return hardware.kernels or DEFAULT_KERNELS
+    if isinstance(hardware, str) and hardware in hardware_names():
+        return load_hardware(hardware, "step_time.hardware").kernels or DEFAULT_KERNELS
+    if isinstance(hardware, dict):
+        kernels = hardware.get("kernels")
+        if kernels is None:
+            return DEFAULT_KERNELS
+        try:
+            return KernelFit.model_validate(kernels)
+        except ValueError:
+            return None
+    return None
+
+
 def _check_profile_name(value: object, kind: str, shipped: Sequence[str],
                         inline: str) -> None:
     """A profile named by a string must be a shipped one."""
@@ -57,16 +86,20 @@ class RooflineStepTimeConfig(StrictModel):
     means ``expert_parallel_size / tensor_parallel_size`` data-parallel attention ranks
     (instances) share one expert pool, each assumed to run a batch like this one.
 
-    The dtype fields override the model profile's. Efficiency factors scale the vendor
-    peaks: ``compute_efficiency`` (GEMMs), ``attention_efficiency`` (attention kernels),
-    ``memory_efficiency`` (HBM), ``moe_efficiency`` (an extra factor on both for routed
-    experts: grouped MoE kernels on thin expert slices run below dense GEMMs),
-    ``communication_efficiency`` (collectives). Fixed costs:
-    ``overhead_s`` per step (scheduling, input preparation, sampling),
-    ``per_layer_overhead_s`` per target layer (kernel launch gaps),
-    ``drafter_pass_overhead_s`` per drafter forward, ``collective_latency_s`` per
-    collective. ``gpu_memory_utilization`` and ``runtime_reserve_gib`` size the KV cache
-    (``pdsim.perf.memory``); weights that do not fit are a config error.
+    The dtype fields override the model profile's. Kernel constants (``KERNEL_FIELDS``)
+    default to the hardware profile's fitted ``kernels`` section (``pdsim.perf.kernels``):
+    ``compute_efficiency`` and ``gemm_half_tokens`` (a GEMM of m tokens per weight, or per
+    expert, runs at ``compute_efficiency x m / (m + gemm_half_tokens)`` of the peak),
+    ``memory_efficiency`` (HBM), ``kernel_latency_s`` (per kernel),
+    ``communication_efficiency`` and ``collective_latency_s`` (all-reduce).
+    ``attention_efficiency``: fraction of the bf16 peak attention kernels reach;
+    ``moe_efficiency``: an extra factor on routed experts (1 = grouped GEMMs price like
+    dense ones at the same tokens per expert). CPU costs: ``overhead_s`` per step plus
+    ``overhead_per_request_s`` per request in it (scheduling, input preparation, output
+    processing); ``drafter_pass_overhead_s`` per drafter forward (its CPU scheduling,
+    metadata and graph launch, proposal bookkeeping). ``gpu_memory_utilization`` and
+    ``runtime_reserve_gib`` size the KV cache (``pdsim.perf.memory``); weights that do
+    not fit are a config error.
     """
 
     kind: Literal["roofline"] = "roofline"
@@ -78,17 +111,34 @@ class RooflineStepTimeConfig(StrictModel):
     expert_weight_dtype: DType | None = None
     kv_cache_dtype: DType | None = None
     activation_dtype: DType | None = None
-    compute_efficiency: Efficiency = 0.65
+    compute_efficiency: Efficiency = DEFAULT_KERNELS.compute_efficiency
+    gemm_half_tokens: NonNegFloat = DEFAULT_KERNELS.gemm_half_tokens
+    memory_efficiency: Efficiency = DEFAULT_KERNELS.memory_efficiency
+    kernel_latency_s: NonNegFloat = DEFAULT_KERNELS.kernel_latency_s
+    communication_efficiency: Efficiency = DEFAULT_KERNELS.communication_efficiency
+    collective_latency_s: NonNegFloat = DEFAULT_KERNELS.collective_latency_s
     attention_efficiency: Efficiency = 0.5
-    memory_efficiency: Efficiency = 0.75
-    moe_efficiency: Efficiency = 0.7
-    communication_efficiency: Efficiency = 0.7
-    collective_latency_s: NonNegFloat = 2.0e-5
-    overhead_s: NonNegFloat = 1.0e-3
-    per_layer_overhead_s: NonNegFloat = 1.0e-5
-    drafter_pass_overhead_s: NonNegFloat = 1.0e-4
+    moe_efficiency: Efficiency = 1.0
+    overhead_s: NonNegFloat = CPU_OVERHEAD_S
+    overhead_per_request_s: NonNegFloat = CPU_OVERHEAD_PER_REQUEST_S
+    drafter_pass_overhead_s: NonNegFloat = DRAFTER_PASS_OVERHEAD_S
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     runtime_reserve_gib: NonNegFloat = 2.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hardware_kernel_defaults(cls, data: object) -> object:
+        """Kernel constants not given take the hardware profile's fitted values, so the
+        resolved config shows the numbers the model runs on."""
+        if not isinstance(data, dict):
+            return data
+        missing = [f for f in KERNEL_FIELDS if f not in data]
+        if not missing:
+            return data
+        fit = _hardware_kernels(data.get("hardware"))
+        if fit is None:
+            return data
+        return {**{f: getattr(fit, f) for f in missing}, **data}
 
     @field_validator("model")
     @classmethod
