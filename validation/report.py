@@ -85,7 +85,7 @@ def render(results: list[RowResult], meta: Meta) -> str:
     by_label = {g.label: g for g in summary.groups}
     for kind, target in TARGETS_PCT.items():
         parts = []
-        for role in ("fit", "holdout"):
+        for role in ("fit", "holdout", "all"):
             g = by_label[f"{role}, {kind}"]
             ok = math.isfinite(g.median_abs_error_pct) and g.median_abs_error_pct <= target
             parts.append(f"{role} {_pct(g.median_abs_error_pct, False)} "
