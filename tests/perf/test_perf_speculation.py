@@ -48,9 +48,11 @@ def test_more_mtp_modules_cost_more_per_step(batch: int) -> None:
 def test_pass_overhead_is_paid_once_per_forward() -> None:
     """Raising the per-pass cost by d raises an N-pass step by exactly N x d."""
     d = 1e-4
+    default = RooflineStepTimeConfig(model="inkling-small", hardware="b200",
+                                     tensor_parallel_size=4).drafter_pass_overhead_s
     for n in (1, 3, 8):
         base = inkling(n).step_time_s(decode(32, n))
-        more = inkling(n, drafter_pass_overhead_s=4e-4 + d).step_time_s(decode(32, n))
+        more = inkling(n, drafter_pass_overhead_s=default + d).step_time_s(decode(32, n))
         assert more - base == pytest.approx(n * d, rel=1e-6)
 
 
