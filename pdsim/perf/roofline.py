@@ -10,7 +10,7 @@ Operator groups of one forward pass (per GPU of the instance):
 - routed experts: FLOPs ``2 x expert params x (top_k x tokens + gemm_half_tokens x
   experts touched)`` (each touched expert is a thin GEMM of its own tokens), weight bytes
   of the experts the batch touches under skewed, correlated routing
-  (``pdsim.perf.routing``);
+  (``pdsim.perf.routing``), times the busiest expert-parallel rank's excess load;
 - attention, per layer group: FLOPs per (query, key) pair, KV bytes read and written;
   prefill and decode are separate kernels;
 - recurrent layers (Mamba-2, Gated DeltaNet): state-update FLOPs, state read and write
@@ -59,7 +59,12 @@ from pdsim.perf.architecture import (
 from pdsim.perf.base import StepBatch
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.perf.hardware import HardwareSpec
-from pdsim.perf.routing import effective_tokens, log_miss_per_token
+from pdsim.perf.routing import (
+    effective_tokens,
+    expected_max_standard_normal,
+    log_miss_per_token,
+    straggler_factor,
+)
 
 Layer = tuple[int, AnyMixer, AnyFFN]  # (num_layers, mixer, ffn)
 
@@ -95,6 +100,7 @@ class _Stack:
         "dense_half_tokens",
         "dense_s_per_token",
         "dense_weight_s",
+        "ep_ranks",
         "fixed_s",
         "lm_s_per_token",
         "lm_weight_s",
@@ -169,12 +175,19 @@ class _Stack:
         # per MoE group: (seconds to read every local expert, per-popularity-class log miss
         # per token, tokens routed in the EP group / T, compute seconds per token, compute
         # seconds per touched fraction: each touched expert's GEMM runs `half` tokens short)
+        # ... and, with EP > 1, the busiest rank's excess: (z of the EP ranks, squared
+        # popularity CV of a rank's experts, token-expert pairs per rank per routed token)
+        z = expected_max_standard_normal(ep) if ep > 1 else 0.0
+        self.ep_ranks = ep
         self.moe = tuple(
             (n * (e / shard) * eb * we / bw_e,
              log_miss_per_token(e, k, routing.load_cv),
              shard / tp,
              n * 2.0 * k * eb / tp / gemm_e,
-             n * 2.0 * eb * half * (e / shard) / gemm_e)
+             n * 2.0 * eb * half * (e / shard) / gemm_e,
+             z,
+             routing.load_cv ** 2 * ep / e,
+             k / ep)
             for (e, k, eb), (n,) in moe.items())
         self.token_reuse = routing.token_reuse
         self.attn = tuple(attn)
@@ -204,13 +217,18 @@ class _Stack:
         if self.moe:
             independent = effective_tokens(tokens, decode_requests, decode_queries,
                                            self.token_reuse)
-            for weights_s, log_miss, group_scale, compute_s, touched_s in self.moe:
+            for (weights_s, log_miss, group_scale, compute_s, touched_s, z, rank_cv2,
+                 pairs_per_token) in self.moe:
                 routed = independent * group_scale
                 touched = 0.0
                 for lm in log_miss:
                     touched -= expm1(routed * lm)
                 touched /= len(log_miss)
-                t += max(tokens * compute_s + touched * touched_s, weights_s * touched)
+                moe_s = max(tokens * compute_s + touched * touched_s, weights_s * touched)
+                if z:
+                    moe_s *= straggler_factor(z, rank_cv2, routed * pairs_per_token,
+                                              self.ep_ranks)
+                t += moe_s
         if prefill_tokens:
             mean_pairs = prefill_pairs / prefill_tokens
             kv_read = mean_pairs + 0.5 * prefill_tokens  # exact for one chunk

@@ -17,6 +17,13 @@ Real routers are neither:
   the request's earlier tokens. Prefill chunks are long enough to touch every expert
   either way and are counted as independent.
 
+- **the slowest expert-parallel rank**: with experts sharded over EP GPUs every MoE layer
+  waits for the busiest rank. A rank's token-expert pairs vary with the popularity of the
+  E/EP experts it holds (coefficient of variation ``load_cv / sqrt(E/EP)``) and with
+  sampling (``sqrt((1 - 1/EP) / pairs)`` for ``pairs`` per rank on average); the busiest
+  of EP ranks carries ``1 + z_EP x cv`` times the mean, z_EP the expected maximum of EP
+  standard normals (``straggler_factor``).
+
 ``ExpertRouting`` is a model profile's ``routing`` section (defaults in docs/step-time.md);
 ``touched_fraction`` is plain float arithmetic for the step-time hot path.
 """
@@ -109,3 +116,21 @@ def touched_fraction(routed_tokens: float, log_miss: tuple[float, ...]) -> float
     if routed_tokens <= 0:
         return 0.0
     return -sum(math.expm1(routed_tokens * lm) for lm in log_miss) / len(log_miss)
+
+
+def expected_max_standard_normal(n: int) -> float:
+    """Expected maximum of ``n`` independent standard normals (Blom's approximation;
+    0 for one)."""
+    if n <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def straggler_factor(z_ranks: float, rank_cv2: float, pairs_per_rank: float,
+                     ranks: int) -> float:
+    """Load of the busiest of ``ranks`` EP ranks over the mean (see the module docstring):
+    ``z_ranks`` from ``expected_max_standard_normal``, ``rank_cv2`` the squared coefficient
+    of variation of a rank's expert popularity."""
+    if not z_ranks or pairs_per_rank <= 0:
+        return 1.0
+    return 1.0 + z_ranks * math.sqrt(rank_cv2 + (1.0 - 1.0 / ranks) / pairs_per_rank)

@@ -18,8 +18,10 @@ from pdsim.perf.roofline import RooflineStepTime
 from pdsim.perf.routing import (
     ExpertRouting,
     effective_tokens,
+    expected_max_standard_normal,
     log_miss_per_token,
     popularity_weights,
+    straggler_factor,
     touched_fraction,
 )
 
@@ -132,3 +134,26 @@ def test_correlated_routing_lowers_the_cost_of_verification() -> None:
     skewed = step(ExpertRouting(load_cv=1.0, token_reuse=0.5))
     assert skewed < correlated < independent
     assert math.isfinite(skewed)
+
+
+def test_expert_parallel_pays_for_its_busiest_rank() -> None:
+    """Sharding experts over EP ranks makes every MoE layer wait for the busiest rank: the
+    excess shrinks as each rank sees more tokens, and vanishes without skew or sampling."""
+    z = expected_max_standard_normal(8)
+    assert expected_max_standard_normal(1) == 0.0
+    assert 0 < expected_max_standard_normal(2) < z < expected_max_standard_normal(64)
+    factors = [straggler_factor(z, 0.25 * 8 / 256, pairs, 8) for pairs in (1, 8, 64, 4096)]
+    assert factors == sorted(factors, reverse=True) and factors[-1] > 1.0
+    assert straggler_factor(z, 0.0, 1e12, 8) == pytest.approx(1.0, abs=1e-5)
+    assert straggler_factor(0.0, 0.5, 1.0, 1) == 1.0
+    base = load_model_architecture("deepseek-v3")
+
+    def step(routing: ExpertRouting) -> float:
+        arch = ModelArchitecture.model_validate({**base.model_dump(), "routing":
+                                                 routing.model_dump()})
+        cfg = RooflineStepTimeConfig(model=arch, hardware="h200", tensor_parallel_size=8,
+                                     expert_parallel_size=8)
+        # a long prefill touches every expert whatever the skew: only the busiest rank moves
+        return RooflineStepTime(cfg).step_time_s(StepBatch(8192, 8192 * 4096.5, 0, 0, 0, 0))
+
+    assert step(ExpertRouting(load_cv=1.0)) > step(ExpertRouting(load_cv=0.0))
