@@ -49,21 +49,30 @@ class SimpleStepTimeConfig(StrictModel):
     drafter_token_cost_ratio: Annotated[float, Field(ge=0)] = 0.04
 
 
-def _hardware_kernels(hardware: object) -> KernelFit | None:
-    """The fitted kernel constants of a hardware profile name or inline mapping (None when
-    it does not resolve: the field validators report that)."""
+def _profile_kernels(name: str) -> KernelFit | None:
+    """The fitted kernel constants of a shipped hardware profile (None if not shipped)."""
     from pdsim.perf.profiles import hardware_names, load_hardware
 
+    if name not in hardware_names():
+        return None
+    return load_hardware(name, "step_time.hardware").kernels or DEFAULT_KERNELS
+
+
+def _hardware_kernels(hardware: object) -> tuple[KernelFit, str] | None:
+    """The fitted kernel constants of a hardware profile name or inline spec, and the
+    spec's name (None when it does not resolve: the field validators report that)."""
     if isinstance(hardware, HardwareSpec):
-        return hardware.kernels or DEFAULT_KERNELS
-    if isinstance(hardware, str) and hardware in hardware_names():
-        return load_hardware(hardware, "step_time.hardware").kernels or DEFAULT_KERNELS
+        return hardware.kernels or DEFAULT_KERNELS, hardware.name
+    if isinstance(hardware, str):
+        fit = _profile_kernels(hardware)
+        return None if fit is None else (fit, hardware)
     if isinstance(hardware, dict):
         kernels = hardware.get("kernels")
+        label = str(hardware.get("name", "inline"))
         if kernels is None:
-            return DEFAULT_KERNELS
+            return DEFAULT_KERNELS, label
         try:
-            return KernelFit.model_validate(kernels)
+            return KernelFit.model_validate(kernels), label
         except ValueError:
             return None
     return None
@@ -92,7 +101,9 @@ class RooflineStepTimeConfig(StrictModel):
     ``compute_efficiency`` and ``gemm_half_tokens`` (a GEMM of m tokens per weight, or per
     expert, runs at ``compute_efficiency x m / (m + gemm_half_tokens)`` of the peak),
     ``memory_efficiency`` (HBM), ``kernel_latency_s`` (per kernel),
-    ``communication_efficiency`` and ``collective_latency_s`` (all-reduce).
+    ``communication_efficiency`` and ``collective_latency_s`` (all-reduce);
+    ``kernels_from`` names the hardware spec the fields not given were taken from ("" when
+    the config gives them all).
     ``attention_efficiency``: fraction of the bf16 peak attention kernels reach;
     ``moe_efficiency``: an extra factor on routed experts (1 = grouped GEMMs price like
     dense ones at the same tokens per expert). CPU costs: ``overhead_s`` per step plus
@@ -118,6 +129,7 @@ class RooflineStepTimeConfig(StrictModel):
     kernel_latency_s: NonNegFloat = DEFAULT_KERNELS.kernel_latency_s
     communication_efficiency: Efficiency = DEFAULT_KERNELS.communication_efficiency
     collective_latency_s: NonNegFloat = DEFAULT_KERNELS.collective_latency_s
+    kernels_from: str = ""
     attention_efficiency: Efficiency = 0.5
     moe_efficiency: Efficiency = 1.0
     overhead_s: NonNegFloat = CPU_OVERHEAD_S
@@ -130,16 +142,27 @@ class RooflineStepTimeConfig(StrictModel):
     @classmethod
     def _hardware_kernel_defaults(cls, data: object) -> object:
         """Kernel constants not given take the hardware profile's fitted values, so the
-        resolved config shows the numbers the model runs on."""
+        resolved config shows the numbers the model runs on; ``kernels_from`` names that
+        profile. A config dumped for one profile and loaded with another (a sweep over
+        ``hardware``) takes the new profile's values for every field still holding the old
+        profile's."""
         if not isinstance(data, dict):
             return data
-        missing = [f for f in KERNEL_FIELDS if f not in data]
-        if not missing:
+        resolved = _hardware_kernels(data.get("hardware"))
+        if resolved is None:
             return data
-        fit = _hardware_kernels(data.get("hardware"))
-        if fit is None:
-            return data
-        return {**{f: getattr(fit, f) for f in missing}, **data}
+        fit, label = resolved
+        out = dict(data)
+        previous = out.get("kernels_from") or ""
+        if previous and previous != label:
+            old = _profile_kernels(previous)
+            for f in KERNEL_FIELDS:
+                if old is not None and f in out and out[f] == getattr(old, f):
+                    del out[f]
+        missing = [f for f in KERNEL_FIELDS if f not in out]
+        out.update({f: getattr(fit, f) for f in missing})
+        out["kernels_from"] = label if missing else (previous if previous == label else "")
+        return out
 
     @field_validator("model")
     @classmethod

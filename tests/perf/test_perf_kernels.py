@@ -85,3 +85,26 @@ def test_predictions_are_positive_microseconds() -> None:
     assert hw.kernels is not None
     for row in kernel_rows("a100-sxm")[:200]:
         assert predict_us(row, hw, hw.kernels) > 0
+
+
+def test_config_takes_the_hardware_profiles_fit_and_follows_a_hardware_change() -> None:
+    """Kernel fields not given come from the hardware profile (and say so); a dumped config
+    reloaded with another hardware (what a sweep over ``hardware`` does) takes the new
+    profile's values, keeping the ones the user gave."""
+    from pdsim.perf.config import KERNEL_FIELDS, RooflineStepTimeConfig
+
+    h100, a100 = load_hardware("h100-sxm").kernels, load_hardware("a100-sxm").kernels
+    assert h100 is not None and a100 is not None
+    cfg = RooflineStepTimeConfig(model="llama-3.1-8b", hardware="h100-sxm",
+                                 compute_efficiency=0.6)
+    assert cfg.kernels_from == "h100-sxm" and cfg.compute_efficiency == 0.6
+    assert cfg.memory_efficiency == h100.memory_efficiency
+    data = {**cfg.model_dump(mode="json"), "hardware": "a100-sxm"}
+    moved = RooflineStepTimeConfig.model_validate(data)
+    assert moved.kernels_from == "a100-sxm" and moved.compute_efficiency == 0.6
+    for f in KERNEL_FIELDS[1:]:
+        assert getattr(moved, f) == getattr(a100, f), f
+    assert RooflineStepTimeConfig.model_validate(moved.model_dump(mode="json")) == moved
+    given = dict.fromkeys(KERNEL_FIELDS, 0.5)
+    assert RooflineStepTimeConfig(model="llama-3.1-8b", hardware="a100-sxm",
+                                  **given).kernels_from == ""
