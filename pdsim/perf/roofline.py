@@ -224,11 +224,11 @@ class _Stack:
                 for lm in log_miss:
                     touched -= expm1(routed * lm)
                 touched /= len(log_miss)
-                moe_s = max(tokens * compute_s + touched * touched_s, weights_s * touched)
-                if z:
-                    moe_s *= straggler_factor(z, rank_cv2, routed * pairs_per_token,
-                                              self.ep_ranks)
-                t += moe_s
+                compute = tokens * compute_s + touched * touched_s
+                if z:  # the busiest rank computes the most pairs; weight reads saturate
+                    compute *= straggler_factor(z, rank_cv2, routed * pairs_per_token,
+                                                self.ep_ranks)
+                t += max(compute, weights_s * touched)
         if prefill_tokens:
             mean_pairs = prefill_pairs / prefill_tokens
             kv_read = mean_pairs + 0.5 * prefill_tokens  # exact for one chunk
