@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from pdsim._model import StrictModel
+from pdsim.perf.routing import DEFAULT_ROUTING, ExpertRouting
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -214,8 +215,9 @@ class ModelArchitecture(StrictModel):
     ``expert_weight_dtype`` (default: ``weight_dtype``) to MoE experts,
     ``embedding_dtype`` to the embedding and LM head (usually left unquantised).
     ``state_dtype`` is the recurrent state of Mamba / linear-attention layers.
-    ``sources`` names where each figure comes from; ``estimated`` maps every guessed
-    field (a dotted path) to the reason for the guess.
+    ``routing``: MoE routing statistics (``pdsim.perf.routing``; default
+    ``DEFAULT_ROUTING``). ``sources`` names where each figure comes from; ``estimated``
+    maps every guessed field (a dotted path) to the reason for the guess.
     """
 
     name: str
@@ -226,6 +228,7 @@ class ModelArchitecture(StrictModel):
     max_model_len: PositiveInt
     blocks: tuple[LayerBlock, ...] = Field(min_length=1)
     drafter: DrafterSpec | None = None
+    routing: ExpertRouting = Field(default_factory=lambda: DEFAULT_ROUTING)
     weight_dtype: DType = "bf16"
     expert_weight_dtype: DType | None = None
     embedding_dtype: DType = "bf16"

@@ -13,6 +13,16 @@ from pydantic import Field, field_validator, model_validator
 from pdsim._model import StrictModel
 from pdsim.perf.architecture import DType, ModelArchitecture
 from pdsim.perf.hardware import HardwareSpec
+from pdsim.perf.kernels import DEFAULT_KERNELS, KernelFit
+
+# CPU costs of the serving loop, fitted by tools/fit_cpu_costs.py to the validation
+# suite's fit rows (docs/step-time.md, "CPU costs fitted to the validation suite")
+CPU_OVERHEAD_S = 2.0e-4
+CPU_OVERHEAD_PER_REQUEST_S = 4.0e-6
+DRAFTER_PASS_OVERHEAD_S = 6.5e-4
+
+KERNEL_FIELDS = ("compute_efficiency", "gemm_half_tokens", "memory_efficiency",
+                 "kernel_latency_s", "communication_efficiency", "collective_latency_s")
 
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Efficiency = Annotated[float, Field(gt=0, le=1)]
@@ -39,6 +49,35 @@ class SimpleStepTimeConfig(StrictModel):
     drafter_token_cost_ratio: Annotated[float, Field(ge=0)] = 0.04
 
 
+def _profile_kernels(name: str) -> KernelFit | None:
+    """The fitted kernel constants of a shipped hardware profile (None if not shipped)."""
+    from pdsim.perf.profiles import hardware_names, load_hardware
+
+    if name not in hardware_names():
+        return None
+    return load_hardware(name, "step_time.hardware").kernels or DEFAULT_KERNELS
+
+
+def _hardware_kernels(hardware: object) -> tuple[KernelFit, str] | None:
+    """The fitted kernel constants of a hardware profile name or inline spec, and the
+    spec's name (None when it does not resolve: the field validators report that)."""
+    if isinstance(hardware, HardwareSpec):
+        return hardware.kernels or DEFAULT_KERNELS, hardware.name
+    if isinstance(hardware, str):
+        fit = _profile_kernels(hardware)
+        return None if fit is None else (fit, hardware)
+    if isinstance(hardware, dict):
+        kernels = hardware.get("kernels")
+        label = str(hardware.get("name", "inline"))
+        if kernels is None:
+            return DEFAULT_KERNELS, label
+        try:
+            return KernelFit.model_validate(kernels), label
+        except ValueError:
+            return None
+    return None
+
+
 def _check_profile_name(value: object, kind: str, shipped: Sequence[str],
                         inline: str) -> None:
     """A profile named by a string must be a shipped one."""
@@ -57,16 +96,22 @@ class RooflineStepTimeConfig(StrictModel):
     means ``expert_parallel_size / tensor_parallel_size`` data-parallel attention ranks
     (instances) share one expert pool, each assumed to run a batch like this one.
 
-    The dtype fields override the model profile's. Efficiency factors scale the vendor
-    peaks: ``compute_efficiency`` (GEMMs), ``attention_efficiency`` (attention kernels),
-    ``memory_efficiency`` (HBM), ``moe_efficiency`` (an extra factor on both for routed
-    experts: grouped MoE kernels on thin expert slices run below dense GEMMs),
-    ``communication_efficiency`` (collectives). Fixed costs:
-    ``overhead_s`` per step (scheduling, input preparation, sampling),
-    ``per_layer_overhead_s`` per target layer (kernel launch gaps),
-    ``drafter_pass_overhead_s`` per drafter forward, ``collective_latency_s`` per
-    collective. ``gpu_memory_utilization`` and ``runtime_reserve_gib`` size the KV cache
-    (``pdsim.perf.memory``); weights that do not fit are a config error.
+    The dtype fields override the model profile's. Kernel constants (``KERNEL_FIELDS``)
+    default to the hardware profile's fitted ``kernels`` section (``pdsim.perf.kernels``):
+    ``compute_efficiency`` and ``gemm_half_tokens`` (a GEMM of m tokens per weight, or per
+    expert, runs at ``compute_efficiency x m / (m + gemm_half_tokens)`` of the peak),
+    ``memory_efficiency`` (HBM), ``kernel_latency_s`` (per kernel),
+    ``communication_efficiency`` and ``collective_latency_s`` (all-reduce);
+    ``kernels_from`` names the hardware spec the fields not given were taken from ("" when
+    the config gives them all).
+    ``attention_efficiency``: fraction of the bf16 peak attention kernels reach;
+    ``moe_efficiency``: an extra factor on routed experts (1 = grouped GEMMs price like
+    dense ones at the same tokens per expert). CPU costs: ``overhead_s`` per step plus
+    ``overhead_per_request_s`` per request in it (scheduling, input preparation, output
+    processing); ``drafter_pass_overhead_s`` per drafter forward (its CPU scheduling,
+    metadata and graph launch, proposal bookkeeping). ``gpu_memory_utilization`` and
+    ``runtime_reserve_gib`` size the KV cache (``pdsim.perf.memory``); weights that do
+    not fit are a config error.
     """
 
     kind: Literal["roofline"] = "roofline"
@@ -78,17 +123,46 @@ class RooflineStepTimeConfig(StrictModel):
     expert_weight_dtype: DType | None = None
     kv_cache_dtype: DType | None = None
     activation_dtype: DType | None = None
-    compute_efficiency: Efficiency = 0.65
+    compute_efficiency: Efficiency = DEFAULT_KERNELS.compute_efficiency
+    gemm_half_tokens: NonNegFloat = DEFAULT_KERNELS.gemm_half_tokens
+    memory_efficiency: Efficiency = DEFAULT_KERNELS.memory_efficiency
+    kernel_latency_s: NonNegFloat = DEFAULT_KERNELS.kernel_latency_s
+    communication_efficiency: Efficiency = DEFAULT_KERNELS.communication_efficiency
+    collective_latency_s: NonNegFloat = DEFAULT_KERNELS.collective_latency_s
+    kernels_from: str = ""
     attention_efficiency: Efficiency = 0.5
-    memory_efficiency: Efficiency = 0.75
-    moe_efficiency: Efficiency = 0.7
-    communication_efficiency: Efficiency = 0.7
-    collective_latency_s: NonNegFloat = 2.0e-5
-    overhead_s: NonNegFloat = 1.0e-3
-    per_layer_overhead_s: NonNegFloat = 1.0e-5
-    drafter_pass_overhead_s: NonNegFloat = 1.0e-4
+    moe_efficiency: Efficiency = 1.0
+    overhead_s: NonNegFloat = CPU_OVERHEAD_S
+    overhead_per_request_s: NonNegFloat = CPU_OVERHEAD_PER_REQUEST_S
+    drafter_pass_overhead_s: NonNegFloat = DRAFTER_PASS_OVERHEAD_S
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     runtime_reserve_gib: NonNegFloat = 2.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hardware_kernel_defaults(cls, data: object) -> object:
+        """Kernel constants not given take the hardware profile's fitted values, so the
+        resolved config shows the numbers the model runs on; ``kernels_from`` names that
+        profile. A config dumped for one profile and loaded with another (a sweep over
+        ``hardware``) takes the new profile's values for every field still holding the old
+        profile's."""
+        if not isinstance(data, dict):
+            return data
+        resolved = _hardware_kernels(data.get("hardware"))
+        if resolved is None:
+            return data
+        fit, label = resolved
+        out = dict(data)
+        previous = out.get("kernels_from") or ""
+        if previous and previous != label:
+            old = _profile_kernels(previous)
+            for f in KERNEL_FIELDS:
+                if old is not None and f in out and out[f] == getattr(old, f):
+                    del out[f]
+        missing = [f for f in KERNEL_FIELDS if f not in out]
+        out.update({f: getattr(fit, f) for f in missing})
+        out["kernels_from"] = label if missing else (previous if previous == label else "")
+        return out
 
     @field_validator("model")
     @classmethod

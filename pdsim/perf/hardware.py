@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from pdsim._model import StrictModel
+from pdsim.perf.kernels import KernelFit
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -34,6 +35,9 @@ class HardwareSpec(StrictModel):
       an NVL72 rack); parallel groups larger than this use the scale-out network.
     - ``scale_out_bandwidth_gb_per_s``: network (InfiniBand / RoCE) bandwidth per GPU and
       per direction (a 400 Gb/s NIC per GPU is 50 GB/s).
+    - ``kernels``: the fitted kernel constants (``pdsim.perf.kernels``); the roofline's
+      efficiency and latency defaults come from here. A spec without them uses
+      ``DEFAULT_KERNELS`` (the H100 fit).
     - ``sources``: where each figure comes from, keyed by field name.
     """
 
@@ -45,6 +49,7 @@ class HardwareSpec(StrictModel):
     scale_up_bandwidth_gb_per_s: PositiveFloat
     scale_up_domain_gpus: PositiveInt = 8
     scale_out_bandwidth_gb_per_s: PositiveFloat
+    kernels: KernelFit | None = None
     sources: dict[str, str] = Field(default_factory=dict)
     notes: str = ""
 

@@ -189,7 +189,7 @@ def _step_table(arch: ModelArchitecture, hw: HardwareSpec, tp: int, ep: int, n: 
                                  gpu_memory_utilization=gpu_memory_utilization)
     plain = RooflineStepTime(cfg)
     spec = RooflineStepTime(cfg, passes, modules) if passes else None
-    table = Table(title="Roofline step times (default efficiency factors)")
+    table = Table(title="Roofline step times (fitted kernel constants, default CPU costs)")
     table.add_column("batch")
     table.add_column("step ms", justify="right")
     table.add_column("tokens/s", justify="right")

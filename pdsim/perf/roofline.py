@@ -1,29 +1,40 @@
-"""Roofline step time: per operator group, max(FLOPs / peak, bytes / bandwidth), summed.
+"""Roofline step time: per operator group, max(FLOPs / peak, bytes / bandwidth), summed,
+with the kernel laws of ``pdsim.perf.kernels`` (fitted per hardware) for GEMMs and
+collectives, and CPU costs of the serving loop.
 
 Operator groups of one forward pass (per GPU of the instance):
 
 - dense linear layers (attention projections, dense MLPs, shared experts, routers, LM
-  head): FLOPs ``2 x params`` per token, weights read once per step;
-- routed experts: FLOPs ``2 x top_k x expert params`` per token, weight bytes of the
-  experts the batch touches (``expected_experts_touched``);
+  head): FLOPs ``2 x params x (tokens + gemm_half_tokens)`` (a thin GEMM runs below the
+  peak), weights read once per step;
+- routed experts: FLOPs ``2 x expert params x (top_k x tokens + gemm_half_tokens x
+  experts touched)`` (each touched expert is a thin GEMM of its own tokens), weight bytes
+  of the experts the batch touches under skewed, correlated routing
+  (``pdsim.perf.routing``), times the busiest expert-parallel rank's excess load;
 - attention, per layer group: FLOPs per (query, key) pair, KV bytes read and written;
   prefill and decode are separate kernels;
 - recurrent layers (Mamba-2, Gated DeltaNet): state-update FLOPs, state read and write
   per decoding request;
-- communication: a ring all-reduce of the hidden state after every TP-sliced sublayer,
-  all-to-all dispatch and combine around expert-parallel MoE layers.
+- sampling: the logits of every position that needs one written and read again (the
+  target's rejection sampler sees N + 1 rows per speculating request);
+- fixed: ``kernel_latency_s`` per kernel of the forward, and per collective a ring
+  all-reduce of the hidden state after every TP-sliced sublayer, all-to-all dispatch and
+  combine around expert-parallel MoE layers;
+- CPU: ``overhead_s + overhead_per_request_s x requests`` per step.
 
 The drafter adds its forwards: the first over every position the target computed this
 step (the verified positions and the prefill chunk), further ones of one token per
-decoding request (N passes in all), plus, for multi-module MTP, every module over the
-prefill and repair positions. Everything is precomputed into seconds-per-unit
+decoding request (N passes in all, each waiting for the previous one's token), plus, for
+multi-module MTP, every module over the prefill and repair positions. Every drafter
+forward pays ``drafter_pass_overhead_s`` of CPU work, its own kernels' latencies and its
+sampling on top of its roofline. Everything is precomputed into seconds-per-unit
 coefficients in ``__init__`` so ``step_time_s`` is plain float arithmetic.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+from math import expm1
 
 from pdsim.errors import ConfigError
 from pdsim.perf.architecture import (
@@ -48,8 +59,32 @@ from pdsim.perf.architecture import (
 from pdsim.perf.base import StepBatch
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.perf.hardware import HardwareSpec
+from pdsim.perf.routing import (
+    effective_tokens,
+    expected_max_standard_normal,
+    log_miss_per_token,
+    straggler_factor,
+)
 
 Layer = tuple[int, AnyMixer, AnyFFN]  # (num_layers, mixer, ffn)
+
+# Kernels one layer launches in vLLM's forward (norms, rotary, attention, projections,
+# activation; for MoE the router, top-k, permutation, grouped GEMMs and combine; shared
+# experts 3 more): counted from vLLM's model code, an estimate, not a measurement.
+MIXER_KERNELS = {"attention": 5, "mla": 9, "mamba2": 6, "gated_deltanet": 7, "none": 0}
+FFN_KERNELS = {"dense": 4, "moe": 7, "none": 0}
+SHARED_EXPERT_KERNELS = 3
+FORWARD_KERNELS = 5  # embedding, final norm, LM head, sampling (2)
+DRAFTER_EXTRA_KERNELS = 3  # MTP/EAGLE: two input norms and the fusing projection
+LOGIT_BYTES = 4.0  # fp32 logits
+LOGIT_PASSES = 3.0  # written by the head, read and written by softmax / argmax
+
+
+def _layer_kernels(mixer: AnyMixer, ffn: AnyFFN) -> int:
+    k = MIXER_KERNELS[mixer.kind] + FFN_KERNELS[ffn.kind]
+    if isinstance(ffn, MoEFFN) and ffn.num_shared_experts:
+        k += SHARED_EXPERT_KERNELS
+    return k
 
 
 class _Stack:
@@ -62,20 +97,24 @@ class _Stack:
         "ar_s_per_token",
         "attn",
         "collective_latency_s",
+        "dense_half_tokens",
         "dense_s_per_token",
         "dense_weight_s",
+        "ep_ranks",
         "fixed_s",
         "lm_s_per_token",
         "lm_weight_s",
         "moe",
         "rec_s_per_token",
+        "sample_s_per_row",
         "state_s_per_request",
+        "token_reuse",
     )
 
     def __init__(self, arch: ModelArchitecture, hw: HardwareSpec,
                  cfg: RooflineStepTimeConfig, layers: Sequence[Layer], *,
                  weight_dtype: str, expert_dtype: str, lm_head_rows: int,
-                 replicated_params: float, fixed_s: float) -> None:
+                 replicated_params: float, fixed_s: float, extra_kernels: int) -> None:
         tp, ep = cfg.tensor_parallel_size, cfg.expert_parallel_size
         shard = ep if ep > 1 else tp
         h = arch.hidden_size
@@ -87,13 +126,17 @@ class _Stack:
         attn_peak = hw.peak_flops("bf16") * cfg.attention_efficiency
         w, we = DTYPE_BYTES[weight_dtype], DTYPE_BYTES[expert_dtype]
         act = DTYPE_BYTES[arch.activation_dtype]
+        half = cfg.gemm_half_tokens
+        routing = arch.routing
 
         dense_params = replicated_params
         moe: dict[tuple[int, int, float], list[float]] = {}
         attn: list[tuple[float, float, float, float]] = []
         rec_flops = state_bytes = 0.0
         allreduces = alltoalls = 0
+        kernels = FORWARD_KERNELS + extra_kernels
         for n, mixer, ffn in layers:
+            kernels += n * _layer_kernels(mixer, ffn)
             _, mixer_gpu = mixer_params(mixer, h, tp)
             router = float(h * ffn.num_experts) if isinstance(ffn, MoEFFN) else 0.0
             shared = ffn_dense_params(ffn, h) - router
@@ -122,22 +165,35 @@ class _Stack:
                 allreduces += n
 
         self.dense_s_per_token = 2.0 * dense_params / gemm
+        self.dense_half_tokens = half
         self.dense_weight_s = dense_params * w / bw
         emb = DTYPE_BYTES[arch.embedding_dtype]
         lm_gemm = hw.peak_flops(GEMM_PRECISION[arch.embedding_dtype]) * cfg.compute_efficiency
         self.lm_s_per_token = 2.0 * lm_head_rows * h / tp / lm_gemm
         self.lm_weight_s = lm_head_rows * h * emb / tp / bw
+        self.sample_s_per_row = lm_head_rows * LOGIT_BYTES * LOGIT_PASSES / tp / bw
+        # per MoE group: (seconds to read every local expert, per-popularity-class log miss
+        # per token, tokens routed in the EP group / T, compute seconds per token, compute
+        # seconds per touched fraction: each touched expert's GEMM runs `half` tokens short)
+        # ... and, with EP > 1, the busiest rank's excess: (z of the EP ranks, squared
+        # popularity CV of a rank's experts, token-expert pairs per rank per routed token)
+        z = expected_max_standard_normal(ep) if ep > 1 else 0.0
+        self.ep_ranks = ep
         self.moe = tuple(
-            (n * (e / shard) * eb * we / bw_e,          # seconds to read every local expert
-             math.log1p(-k / e) if k < e else -math.inf,
-             shard / tp,                                 # tokens routed in the EP group / T
-             n * 2.0 * k * eb / tp / gemm_e)             # compute seconds per token
+            (n * (e / shard) * eb * we / bw_e,
+             log_miss_per_token(e, k, routing.load_cv),
+             shard / tp,
+             n * 2.0 * k * eb / tp / gemm_e,
+             n * 2.0 * eb * half * (e / shard) / gemm_e,
+             z,
+             routing.load_cv ** 2 * ep / e,
+             k / ep)
             for (e, k, eb), (n,) in moe.items())
+        self.token_reuse = routing.token_reuse
         self.attn = tuple(attn)
         self.rec_s_per_token = rec_flops / attn_peak
         self.state_s_per_request = 2.0 * state_bytes / bw  # read and write back
-        lat = cfg.collective_latency_s
-        self.collective_latency_s = lat
+        self.collective_latency_s = cfg.collective_latency_s
         self.ar_count = allreduces if tp > 1 else 0
         self.ar_s_per_token = (h * act * 2.0 * (tp - 1) / tp
                                / (hw.link_bandwidth_bytes_per_s(tp)
@@ -147,18 +203,32 @@ class _Stack:
         self.a2a_s_per_token = (top_k * h * act * (ep - 1) / ep / tp
                                 / (hw.link_bandwidth_bytes_per_s(ep)
                                    * cfg.communication_efficiency)) if ep > 1 else 0.0
-        self.fixed_s = fixed_s
+        self.fixed_s = fixed_s + kernels * cfg.kernel_latency_s
 
     def time_s(self, tokens: float, logit_tokens: float, prefill_tokens: float,
                prefill_pairs: float, decode_requests: float, decode_queries: float,
                decode_context: float) -> float:
         """Seconds of one forward over ``tokens`` positions (> 0)."""
-        t = self.fixed_s + max(tokens * self.dense_s_per_token
-                               + logit_tokens * self.lm_s_per_token,
+        half = self.dense_half_tokens
+        t = self.fixed_s + max((tokens + half) * self.dense_s_per_token
+                               + (logit_tokens + half) * self.lm_s_per_token,
                                self.dense_weight_s + self.lm_weight_s)
-        for weights_s, log_miss, group_scale, compute_s in self.moe:
-            touched = -math.expm1(tokens * group_scale * log_miss)
-            t += max(tokens * compute_s, weights_s * touched)
+        t += logit_tokens * self.sample_s_per_row
+        if self.moe:
+            independent = effective_tokens(tokens, decode_requests, decode_queries,
+                                           self.token_reuse)
+            for (weights_s, log_miss, group_scale, compute_s, touched_s, z, rank_cv2,
+                 pairs_per_token) in self.moe:
+                routed = independent * group_scale
+                touched = 0.0
+                for lm in log_miss:
+                    touched -= expm1(routed * lm)
+                touched /= len(log_miss)
+                compute = tokens * compute_s + touched * touched_s
+                if z:  # the busiest rank computes the most pairs; weight reads saturate
+                    compute *= straggler_factor(z, rank_cv2, routed * pairs_per_token,
+                                                self.ep_ranks)
+                t += max(compute, weights_s * touched)
         if prefill_tokens:
             mean_pairs = prefill_pairs / prefill_tokens
             kv_read = mean_pairs + 0.5 * prefill_tokens  # exact for one chunk
@@ -193,11 +263,11 @@ class RooflineStepTime:
     """
 
     __slots__ = (
+        "_cpu_per_request_s",
+        "_cpu_s",
         "_draft",
         "_draft_modules",
-        "_draft_pass_s",
         "_draft_passes",
-        "_empty_s",
         "_target",
         "arch",
         "hardware",
@@ -214,13 +284,12 @@ class RooflineStepTime:
         head_rows = arch.vocab_size
         self._target = _Stack(
             arch, hw, cfg, layers, weight_dtype=wd, expert_dtype=we, lm_head_rows=head_rows,
-            replicated_params=0.0,
-            fixed_s=cfg.overhead_s + arch.num_layers * cfg.per_layer_overhead_s)
-        self._empty_s = cfg.overhead_s
+            replicated_params=0.0, fixed_s=0.0, extra_kernels=0)
+        self._cpu_s = cfg.overhead_s
+        self._cpu_per_request_s = cfg.overhead_per_request_s
         self._draft_passes = draft_passes_decode
         self._draft_modules = draft_modules_prefill
         self._draft: _Stack | None = None
-        self._draft_pass_s = cfg.drafter_pass_overhead_s
         if draft_passes_decode or draft_modules_prefill:
             d = arch.drafter
             if d is None:
@@ -233,7 +302,7 @@ class RooflineStepTime:
                 arch, hw, cfg, [(1, d.mixer, d.ffn)], weight_dtype=dwd, expert_dtype=dwe,
                 lm_head_rows=d.draft_vocab_size or arch.vocab_size,
                 replicated_params=float(d.input_projection_factor * arch.hidden_size ** 2),
-                fixed_s=cfg.drafter_pass_overhead_s + cfg.per_layer_overhead_s)
+                fixed_s=cfg.drafter_pass_overhead_s, extra_kernels=DRAFTER_EXTRA_KERNELS)
 
     def step_time_s(self, batch: StepBatch) -> float:
         """Seconds of one engine step computing ``batch`` (see the module docstring)."""
@@ -243,20 +312,18 @@ class RooflineStepTime:
         ctx = batch.decode_context_tokens
         pairs = batch.prefill_attention_pairs
         tokens = p + q
-        t = 0.0
+        # CPU work of the serving loop: per step, and per request scheduled in it
+        t = self._cpu_s + self._cpu_per_request_s * (r + (1 if p else 0))
         if tokens:
-            t = self._target.time_s(tokens, q + (1 if p else 0), p, pairs, r, q, ctx)
+            t += self._target.time_s(tokens, q + (1 if p else 0), p, pairs, r, q, ctx)
         draft = self._draft
         if draft is None:
-            return t if tokens else self._empty_s
+            return t
         pre = p + batch.drafter_repair_tokens
         passes = self._draft_passes if r else 0
         modules = self._draft_modules if pre else 0
-        forwards = max(passes, modules)
-        if not forwards:
-            return t if tokens else self._empty_s
-        if not tokens:
-            t = self._empty_s
+        if not max(passes, modules):
+            return t
         # forward 0: every position the target computed (+ repairs)
         first_q = q if passes else 0
         first_r = r if passes else 0

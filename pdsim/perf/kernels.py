@@ -1,0 +1,85 @@
+"""Kernel-level cost laws the roofline is built from, fitted per hardware to measured data.
+
+Each law prices one kernel from its shape; its constants are a hardware profile's
+``kernels`` section (``KernelFit``), fitted by ``tools/fit_kernels.py`` to the kernel
+timings in ``pdsim/data/kernels/vidur_kernels.csv`` (Microsoft Vidur's public profiling
+data). See docs/step-time.md for the fitted values and their errors.
+
+- GEMM of ``m`` tokens by an ``n x k`` weight:
+  ``latency + max(2 n k (m + half_tokens) / (peak x compute_eff),
+  (n k w + m (n + k) a) / (bandwidth x memory_eff))``. The compute term is the roofline
+  at an efficiency ``compute_eff x m / (m + half_tokens)`` that rises with the tokens per
+  GEMM (tile and wave quantisation of thin GEMMs), bounded by ``compute_eff``.
+- elementwise kernel (norms, activations, residual adds) moving ``b`` bytes:
+  ``latency + b / (bandwidth x memory_eff)``.
+- all-reduce of ``b`` bytes over ``g`` GPUs (ring):
+  ``collective_latency + b x 2 (g - 1) / g / (link x communication_eff)``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from pdsim._model import StrictModel
+
+Efficiency = Annotated[float, Field(gt=0, le=1)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class KernelFit(StrictModel):
+    """Fitted kernel constants of one GPU (the ``kernels`` section of a hardware profile).
+
+    - ``compute_efficiency``: fraction of the dense peak a large GEMM reaches.
+    - ``gemm_half_tokens``: tokens per GEMM (or per expert of a grouped GEMM) at which a
+      GEMM reaches half of ``compute_efficiency``.
+    - ``memory_efficiency``: fraction of HBM bandwidth a weight-streaming kernel reaches.
+    - ``kernel_latency_s``: fixed time of one kernel (launch-to-end of an empty one).
+    - ``collective_latency_s``, ``communication_efficiency``: one all-reduce's fixed time
+      and the fraction of the per-direction link bandwidth its ring reaches.
+    - ``fitted_to``: the data the values come from; ``transferred_from`` names another
+      GPU's fit when this one has no public kernel data.
+    """
+
+    compute_efficiency: Efficiency
+    gemm_half_tokens: NonNegFloat
+    memory_efficiency: Efficiency
+    kernel_latency_s: NonNegFloat
+    collective_latency_s: NonNegFloat
+    communication_efficiency: Efficiency
+    fitted_to: str = ""
+    transferred_from: str = ""
+
+
+DEFAULT_KERNELS = KernelFit(
+    compute_efficiency=0.753, gemm_half_tokens=107.4, memory_efficiency=0.878,
+    kernel_latency_s=4.53e-06, collective_latency_s=2.71e-05, communication_efficiency=0.759,
+    fitted_to="the h100-sxm fit (pdsim/data/hardware/h100-sxm.yaml)")
+"""Kernel constants of a hardware spec without a ``kernels`` section: the H100 fit."""
+
+
+def gemm_efficiency(tokens: float, fit: KernelFit) -> float:
+    """Fraction of the dense peak a GEMM over ``tokens`` rows reaches (in [0, 1))."""
+    return fit.compute_efficiency * tokens / (tokens + fit.gemm_half_tokens)
+
+
+def gemm_time_s(m: float, n: float, k: float, *, weight_bytes: float, act_bytes: float,
+                peak_flops: float, hbm_bytes_per_s: float, fit: KernelFit) -> float:
+    """Seconds of one ``m x k`` by ``k x n`` GEMM (see the module docstring)."""
+    compute = 2.0 * n * k * (m + fit.gemm_half_tokens) / (peak_flops * fit.compute_efficiency)
+    memory = ((n * k * weight_bytes + m * (n + k) * act_bytes)
+              / (hbm_bytes_per_s * fit.memory_efficiency))
+    return fit.kernel_latency_s + max(compute, memory)
+
+
+def elementwise_time_s(nbytes: float, *, hbm_bytes_per_s: float, fit: KernelFit) -> float:
+    """Seconds of one memory-bound elementwise kernel moving ``nbytes``."""
+    return fit.kernel_latency_s + nbytes / (hbm_bytes_per_s * fit.memory_efficiency)
+
+
+def allreduce_time_s(nbytes: float, gpus: int, *, link_bytes_per_s: float,
+                     fit: KernelFit) -> float:
+    """Seconds of one ring all-reduce of ``nbytes`` over ``gpus`` GPUs."""
+    return fit.collective_latency_s + (nbytes * 2.0 * (gpus - 1) / gpus
+                                       / (link_bytes_per_s * fit.communication_efficiency))
