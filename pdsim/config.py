@@ -40,7 +40,7 @@ from pdsim.engine_config import EngineConfig
 from pdsim.errors import ConfigError
 from pdsim.faults import FaultsConfig
 from pdsim.kv_layout import KVLayout
-from pdsim.perf.config import SimpleStepTimeConfig, StepTimeConfig
+from pdsim.perf.config import RooflineStepTimeConfig, SimpleStepTimeConfig, StepTimeConfig
 from pdsim.policies import ROUTERS
 from pdsim.workload.config import WorkloadConfig
 
@@ -179,15 +179,20 @@ class SimConfig(StrictModel):
 
     @property
     def foreign_fit_warnings(self) -> list[str]:
-        """Parameters in force that were fitted to another model than this config's."""
-        if not self.stale_kv_provenance.startswith("shipped default"):
-            return []
-        if self.model.profile == STALE_KV_FIT.model_profile:
-            return []
+        """Parameters in force that were fitted to another model or GPU than this config's."""
+        out = []
         this = self.model.profile or self.model.name
-        return [f"speculative.stale_kv: sensitivity_per_slot and residual_guess_accuracy "
+        if (self.stale_kv_provenance.startswith("shipped default")
+                and self.model.profile != STALE_KV_FIT.model_profile):
+            out.append(
+                f"speculative.stale_kv: sensitivity_per_slot and residual_guess_accuracy "
                 f"were fitted to {STALE_KV_FIT.model_profile}, not to this model ({this}); "
-                f"fit them to this model's measurements with `pdsim calibrate` or set them"]
+                f"fit them to this model's measurements with `pdsim calibrate` or set them")
+        st = self.step_time
+        if isinstance(st, RooflineStepTimeConfig) and st.borrowed_fit:
+            out.append(f"step_time: {st.kernels_from} has no kernel fit of its own; its "
+                       f"kernel constants are borrowed ({st.borrowed_fit})")
+        return out
 
     @property
     def workload_max_prompt_tokens(self) -> int:

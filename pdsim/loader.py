@@ -207,6 +207,7 @@ def derived_values(cfg: SimConfig) -> dict[str, Any]:
         "kv_bytes_per_token": cfg.kv_bytes_per_token,
         "has_mamba": cfg.model.has_mamba,
     }
+    out["step_time_parameters"] = cfg.step_time.parameter_provenance
     if cfg.stale_kv_provenance:
         out["stale_kv_parameters"] = cfg.stale_kv_provenance
     for role, _group in cfg.cluster.groups():

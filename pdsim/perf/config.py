@@ -48,6 +48,14 @@ class SimpleStepTimeConfig(StrictModel):
     drafter_floor_s: Annotated[float, Field(ge=0)] = 0.0006
     drafter_token_cost_ratio: Annotated[float, Field(ge=0)] = 0.04
 
+    @property
+    def parameter_provenance(self) -> str:
+        """The simple model's constants are round illustrative values, fitted to nothing."""
+        changed = self != SimpleStepTimeConfig()
+        return ("simple: constants set in the config" if changed else
+                "simple: illustrative defaults, not fitted to a measurement (use roofline "
+                "with a hardware profile, or measured step times)")
+
 
 def _profile_kernels(name: str) -> KernelFit | None:
     """The fitted kernel constants of a shipped hardware profile (None if not shipped)."""
@@ -164,6 +172,37 @@ class RooflineStepTimeConfig(StrictModel):
         out["kernels_from"] = label if missing else (previous if previous == label else "")
         return out
 
+    @property
+    def parameter_provenance(self) -> str:
+        """Where the step-time constants in force come from: the hardware profile's kernel
+        fit (or the fit it borrows), the CPU costs fitted to the validation suite, or the
+        config."""
+        fit = _hardware_kernels(self.hardware)
+        kernels = fit[0] if fit is not None else DEFAULT_KERNELS
+        if not self.kernels_from or any(getattr(self, f) != getattr(kernels, f)
+                                        for f in KERNEL_FIELDS):
+            kernel_src = "kernel constants set in the config"
+        elif kernels.transferred_from:
+            kernel_src = (f"kernel constants of {self.kernels_from} borrowed from another GPU's "
+                          f"fit ({kernels.transferred_from})")
+        else:
+            kernel_src = f"kernel constants fitted to {kernels.fitted_to}"
+        cpu = (self.overhead_s, self.overhead_per_request_s, self.drafter_pass_overhead_s)
+        cpu_src = ("CPU costs fitted to the validation suite's fit rows "
+                   "(tools/fit_cpu_costs.py)"
+                   if cpu == (CPU_OVERHEAD_S, CPU_OVERHEAD_PER_REQUEST_S,
+                              DRAFTER_PASS_OVERHEAD_S)
+                   else "CPU costs set in the config")
+        return f"roofline: {kernel_src}; {cpu_src}; attention_efficiency a judgement"
+
+    @property
+    def borrowed_fit(self) -> str:
+        """The hardware whose kernel fit this config's hardware borrows ("" if none)."""
+        fit = _hardware_kernels(self.hardware)
+        if fit is None or not self.kernels_from:
+            return ""
+        return fit[0].transferred_from
+
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str | ModelArchitecture) -> str | ModelArchitecture:
@@ -232,6 +271,10 @@ class MeasuredStepTimeConfig(StrictModel):
     extrapolation: Literal["linear", "clamp"] = "linear"
     mixed_overlap_s: NonNegFloat = 0.0
     drafter_repair_token_s: NonNegFloat = 0.0
+
+    @property
+    def parameter_provenance(self) -> str:
+        return f"measured: step times interpolated from {self.csv_path}"
 
 
 StepTimeConfig = Annotated[
