@@ -16,11 +16,13 @@ import math
 from pdsim.errors import ConfigError
 from pdsim.perf.architecture import (
     ModelArchitecture,
+)
+from pdsim.perf.hardware import HardwareSpec
+from pdsim.perf.sizes import (
     kv_bytes_per_token,
     state_bytes_per_request,
     weight_bytes,
 )
-from pdsim.perf.hardware import HardwareSpec
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 """vLLM's default ``gpu_memory_utilization``."""

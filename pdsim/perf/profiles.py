@@ -26,11 +26,13 @@ from pdsim.perf.architecture import (
     Mamba2Mixer,
     MLAMixer,
     ModelArchitecture,
+)
+from pdsim.perf.hardware import HardwareSpec
+from pdsim.perf.sizes import (
     drafter_kv_bytes_per_token,
     kv_bytes_per_token_per_layer,
     state_bytes_per_layer,
 )
-from pdsim.perf.hardware import HardwareSpec
 
 _M = TypeVar("_M", bound=BaseModel)
 

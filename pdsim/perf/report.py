@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from pdsim.errors import ConfigError
-from pdsim.perf import architecture as A
+from pdsim.perf import sizes as S
 from pdsim.perf.architecture import DType, ModelArchitecture
 from pdsim.perf.base import StepBatch
 from pdsim.perf.config import RooflineStepTimeConfig
@@ -106,7 +106,7 @@ def profile_report(model: str, hardware: str, tensor_parallel_size: int = 1, *,
     summary.add_column("quantity")
     summary.add_column("value", justify="right")
     summary.add_column("note")
-    total, active = A.total_params(arch), A.active_params(arch)
+    total, active = S.total_params(arch), S.active_params(arch)
     pub_t = arch.published_total_params_b
     pub_a = arch.published_active_params_b
     summary.add_row("parameters (total)", _fmt_params(total),
@@ -123,25 +123,25 @@ def profile_report(model: str, hardware: str, tensor_parallel_size: int = 1, *,
     d = arch.drafter
     if d is not None:
         summary.add_row("drafter", f"{d.kind} x {d.num_modules}",
-                        f"{_fmt_params(A.drafter_module_params(arch))} per module; "
+                        f"{_fmt_params(S.drafter_module_params(arch))} per module; "
                         f"report uses {n} drafts ({modules} module(s) loaded)")
-    summary.add_row("weights (whole model)", _gib(A.weight_bytes(arch)), "target only")
-    summary.add_row("weights per GPU", _gib(A.weight_bytes(arch, tp, ep, modules)),
+    summary.add_row("weights (whole model)", _gib(S.weight_bytes(arch)), "target only")
+    summary.add_row("weights per GPU", _gib(S.weight_bytes(arch, tp, ep, modules)),
                     f"target + {modules} drafter module(s)")
     summary.add_row("KV bytes per token (whole model)",
-                    f"{A.kv_bytes_per_token(arch, 1, modules):,.0f} B",
-                    f"target {A.kv_bytes_per_token(arch):,.0f} B + drafter "
-                    f"{modules} x {A.drafter_kv_bytes_per_token(arch):,.0f} B")
+                    f"{S.kv_bytes_per_token(arch, 1, modules):,.0f} B",
+                    f"target {S.kv_bytes_per_token(arch):,.0f} B + drafter "
+                    f"{modules} x {S.drafter_kv_bytes_per_token(arch):,.0f} B")
     summary.add_row("KV bytes per token per GPU",
-                    f"{A.kv_bytes_per_token(arch, tp, modules):,.0f} B",
+                    f"{S.kv_bytes_per_token(arch, tp, modules):,.0f} B",
                     _kv_split_note(arch, tp))
-    state = A.state_bytes_per_request(arch)
+    state = S.state_bytes_per_request(arch)
     if state:
         summary.add_row("recurrent state per request", f"{state / 2**20:,.2f} MiB",
                         f"{state / tp / 2**20:,.2f} MiB per GPU")
-    summary.add_row("FLOPs per token (context 0)", f"{A.flops_per_token(arch, 0):.3e}",
+    summary.add_row("FLOPs per token (context 0)", f"{S.flops_per_token(arch, 0):.3e}",
                     "2 x active params + LM head")
-    summary.add_row("FLOPs per token (context 8k)", f"{A.flops_per_token(arch, 8192):.3e}",
+    summary.add_row("FLOPs per token (context 8k)", f"{S.flops_per_token(arch, 8192):.3e}",
                     "plus attention over 8,192 tokens")
     budget = hw.hbm_capacity_bytes * gpu_memory_utilization - DEFAULT_RUNTIME_RESERVE_GIB * GIB
     summary.add_row("memory budget per GPU", _gib(budget),

@@ -48,13 +48,6 @@ from pdsim.perf.architecture import (
     ModelArchitecture,
     MoEFFN,
     NoMixer,
-    attention_flops_per_pair,
-    expert_params,
-    ffn_dense_params,
-    kv_bytes_per_token_per_layer,
-    mixer_params,
-    recurrent_flops_per_token,
-    state_bytes_per_layer,
 )
 from pdsim.perf.base import StepBatch
 from pdsim.perf.config import RooflineStepTimeConfig
@@ -64,6 +57,15 @@ from pdsim.perf.routing import (
     expected_max_standard_normal,
     log_miss_per_token,
     straggler_factor,
+)
+from pdsim.perf.sizes import (
+    attention_flops_per_pair,
+    expert_params,
+    ffn_dense_params,
+    kv_bytes_per_token_per_layer,
+    mixer_params,
+    recurrent_flops_per_token,
+    state_bytes_per_layer,
 )
 
 Layer = tuple[int, AnyMixer, AnyFFN]  # (num_layers, mixer, ffn)

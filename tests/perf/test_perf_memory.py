@@ -7,7 +7,7 @@ import pytest
 from pdsim.config import Role
 from pdsim.errors import ConfigError
 from pdsim.loader import config_from_dict
-from pdsim.perf import architecture as A
+from pdsim.perf import sizes as S
 from pdsim.perf.memory import (
     kv_blocks_per_instance,
     kv_cache_bytes_per_gpu,
@@ -50,7 +50,7 @@ def test_mamba_states_are_reserved() -> None:
     a = load_model_architecture("nemotron-h-8b")
     free = kv_blocks_per_instance(a, H100, 1, 0.9, 64)
     reserved = kv_blocks_per_instance(a, H100, 1, 0.9, 64, max_num_seqs=256)
-    states = 256 * A.state_bytes_per_request(a)
+    states = 256 * S.state_bytes_per_request(a)
     assert free - reserved == pytest.approx(states / (64 * 16_384), abs=1)
 
 

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pdsim.perf.architecture import ModelArchitecture
+from pdsim.perf.architecture import (
+    ModelArchitecture,
+)
 from pdsim.perf.base import StepBatch
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.perf.profiles import load_model_architecture
