@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
 
 from pdsim.errors import InputFileError
 from pdsim.realdata.bench_result import BenchResult
-from pdsim.workload.base import RequestSpecs
+from pdsim.workload.base import RequestSpecs, SpecsOrigin
 
 
 def _vllm_arrivals(n: int, rate: float, burstiness: float, rng: np.random.Generator,
@@ -61,7 +62,7 @@ def bench_result_to_requests(
     ``rng``; a rate of ``inf`` sends everything at 0. ``mode="concurrency"`` is a closed
     loop at the recorded ``max_concurrency`` (arrival_s NaN). ``"auto"`` picks
     concurrency when ``max_concurrency`` was set, else rate. Failed requests (output
-    length 0, output unknown) are left out; ``meta["dropped_failed"]`` counts them.
+    length 0, output unknown) are left out; ``origin.dropped_failed`` counts them.
     """
     if result.input_lens is None or result.output_lens is None:
         raise InputFileError(result.source, None, "no per-request lengths (input_lens, "
@@ -77,21 +78,18 @@ def bench_result_to_requests(
         raise InputFileError(result.source, None, "no successful request to replay")
     prompt = result.input_lens[idx].astype(np.int64)
     output = result.output_lens[idx].astype(np.int64)
-    meta: dict[str, object] = {
-        "model_id": result.model_id, "request_rate": result.request_rate,
-        "burstiness": result.burstiness, "max_concurrency": result.max_concurrency,
-        "dropped_failed": int(len(keep) - len(idx)), "mode": mode,
-    }
+    origin = SpecsOrigin(model_id=result.model_id, request_rate=result.request_rate,
+                         burstiness=result.burstiness, max_concurrency=result.max_concurrency,
+                         dropped_failed=int(len(keep) - len(idx)), replay_mode=mode)
     source = f"vllm-bench:{result.source}"
     if mode == "concurrency":
         if result.max_concurrency is None:
             raise InputFileError(result.source, None, "field 'max_concurrency' is null: the "
                                                       "run had no concurrency limit to replay")
-        meta["arrivals"] = "closed loop"
         return RequestSpecs(arrival_s=np.full(len(idx), np.nan), prompt_tokens=prompt,
                             output_tokens=output,
                             closed_loop_concurrency=result.max_concurrency,
-                            source=source, meta=meta)
+                            source=source, origin=replace(origin, arrivals="closed loop"))
     if mode != "rate":
         raise ValueError(f"mode must be 'auto', 'rate' or 'concurrency', not {mode!r}")
     if result.start_times_s is not None:
@@ -108,7 +106,6 @@ def bench_result_to_requests(
                                         rng if rng is not None else np.random.default_rng(0),
                                         result.ramp_up)
     order = np.argsort(arrivals, kind="stable")
-    meta["arrivals"] = kind
     return RequestSpecs(arrival_s=arrivals[order].astype(np.float64),
                         prompt_tokens=prompt[order], output_tokens=output[order],
-                        source=source, meta=meta)
+                        source=source, origin=replace(origin, arrivals=kind))

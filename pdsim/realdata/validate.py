@@ -250,10 +250,10 @@ def replay_requests(cfg: SimConfig, result: BenchResult, mode: ReplayMode = "aut
 
 def _notes(cfg: SimConfig, result: BenchResult, specs: RequestSpecs) -> list[str]:
     notes = []
-    dropped = int(specs.meta.get("dropped_failed", 0) or 0)  # type: ignore[call-overload]
+    dropped = specs.origin.dropped_failed
     if dropped:
         notes.append(f"{dropped} failed request(s) of the result are not replayed")
-    kind = str(specs.meta.get("arrivals", ""))
+    kind = specs.origin.arrivals
     if kind not in ("recorded", "closed loop"):
         notes.append(f"the result has no start_times: arrivals drawn ({kind}) from seed "
                      f"{cfg.seed}, not the recorded ones")
@@ -288,8 +288,8 @@ def validate(cfg: SimConfig, result: BenchResult, mode: ReplayMode = "auto",
     real = real_metrics(result)
     sim = simulated_metrics(res)
     return ValidationReport(
-        source=result.source, config_name=cfg.name, mode=str(specs.meta.get("mode", mode)),
-        replay=str(specs.meta.get("arrivals", "")), num_requests=len(specs),
+        source=result.source, config_name=cfg.name, mode=specs.origin.replay_mode or mode,
+        replay=specs.origin.arrivals, num_requests=len(specs),
         rows=_rows(real, sim, result.spec_decode is not None),
         notes=tuple(_notes(cfg, result, specs)), simulation=res)
 

@@ -2,9 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class SpecsOrigin:
+    """Where a run's requests came from: notes for reports (the engine never reads them).
+
+    ``arrivals`` says how arrival times were made (the arrival kind, ``recorded``,
+    ``closed loop``, ...). A trace gives its file, the time scale applied and the rows
+    skipped for zero lengths; a replayed ``vllm bench serve`` result gives its model, rate,
+    burstiness, concurrency limit, the failed requests left out and the replay mode.
+    """
+
+    arrivals: str = ""
+    trace_file: str = ""
+    time_scale: float = 1.0
+    skipped_zero_length_rows: int = 0
+    model_id: str | None = None
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    dropped_failed: int = 0
+    replay_mode: str = ""
 
 
 @dataclass(frozen=True)
@@ -17,8 +40,8 @@ class RequestSpecs:
     ``output_tokens`` are >= 1. ``hash_ids`` optionally gives each request's prompt as a
     sequence of block hashes (Mooncake traces) for prefix caching, one per
     ``hash_block_tokens`` prompt tokens (None: the engine's KV block size). ``source`` is
-    ``synthetic``, ``mooncake`` or ``azure``; ``meta`` holds notes on where the requests
-    came from (the engine never reads it).
+    ``synthetic``, ``mooncake`` or ``azure``; ``origin`` notes where the requests came from
+    (the engine never reads it).
     """
 
     arrival_s: np.ndarray  # float64, seconds
@@ -28,7 +51,7 @@ class RequestSpecs:
     hash_ids: tuple[tuple[int, ...], ...] | None = None
     hash_block_tokens: int | None = None
     source: str = "synthetic"
-    meta: dict[str, object] = field(default_factory=dict)
+    origin: SpecsOrigin = SpecsOrigin()
 
     def __post_init__(self) -> None:
         n = len(self.prompt_tokens)

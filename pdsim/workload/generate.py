@@ -6,7 +6,7 @@ import numpy as np
 
 from pdsim.rng import RandomStreams
 from pdsim.workload.arrivals import arrival_times
-from pdsim.workload.base import RequestSpecs
+from pdsim.workload.base import RequestSpecs, SpecsOrigin
 from pdsim.workload.config import ClosedLoopArrivals, WorkloadConfig
 from pdsim.workload.lengths import sample_lengths
 from pdsim.workload.traces import replay_trace
@@ -37,4 +37,4 @@ def generate_requests(cfg: WorkloadConfig, streams: RandomStreams) -> RequestSpe
     return RequestSpecs(arrival_s=arrival_s.astype(np.float64, copy=False),
                         prompt_tokens=prompt, output_tokens=output,
                         closed_loop_concurrency=concurrency,
-                        meta={"arrivals": cfg.arrivals.kind})
+                        origin=SpecsOrigin(arrivals=cfg.arrivals.kind))

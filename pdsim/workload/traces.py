@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from pdsim.errors import InputFileError
-from pdsim.workload.base import RequestSpecs
+from pdsim.workload.base import RequestSpecs, SpecsOrigin
 from pdsim.workload.config import AzureTrace, MooncakeTrace, Trace
 
 PKG_PREFIX = "pkg:"
@@ -317,8 +317,9 @@ def replay_trace(cfg: Trace, duration_s: float | None = None,
     if closed_loop_concurrency is not None:
         arrival_s = np.full(len(order), np.nan, dtype=np.float64)
     hash_ids = None
-    meta: dict[str, object] = {"trace_file": file, "time_scale": scale,
-                               "skipped_zero_length_rows": num_zero}
+    origin = SpecsOrigin(arrivals="recorded" if closed_loop_concurrency is None
+                         else "closed loop", trace_file=str(file), time_scale=scale,
+                         skipped_zero_length_rows=num_zero)
     if rows.hash_ids is not None:
         hash_ids = tuple(rows.hash_ids[int(i)] for i in order)
     hash_block_tokens = cfg.hash_block_tokens if isinstance(cfg, MooncakeTrace) else None
@@ -327,7 +328,7 @@ def replay_trace(cfg: Trace, duration_s: float | None = None,
                         output_tokens=rows.output_tokens[order].copy(),
                         closed_loop_concurrency=closed_loop_concurrency,
                         hash_ids=hash_ids, hash_block_tokens=hash_block_tokens,
-                        source=cfg.kind, meta=meta)
+                        source=cfg.kind, origin=origin)
 
 
 def _time_scale(cfg: Trace, t: np.ndarray, file: str) -> float:

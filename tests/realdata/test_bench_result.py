@@ -176,7 +176,7 @@ def test_replay_keeps_lengths_order_and_recorded_arrivals() -> None:
     assert specs.prompt_tokens.tolist() == [100, 200, 50]  # the failed request is dropped
     assert specs.output_tokens.tolist() == [5, 1, 3]
     assert specs.arrival_s.tolist() == pytest.approx([0.0, 0.5, 1.5])
-    assert specs.meta["arrivals"] == "recorded" and specs.meta["dropped_failed"] == 1
+    assert specs.origin.arrivals == "recorded" and specs.origin.dropped_failed == 1
     assert specs.closed_loop_concurrency is None
 
 
@@ -203,7 +203,7 @@ def without_times(**meta: Any) -> dict[str, Any]:
 def test_replay_poisson_rate() -> None:
     r = bench_result_from_dict(without_times(request_rate=40.0, burstiness=1.0))
     specs = bench_result_to_requests(r, mode="rate", rng=np.random.default_rng(1))
-    assert specs.meta["arrivals"] == "poisson"
+    assert specs.origin.arrivals == "poisson"
     assert specs.prompt_tokens.tolist() == list(range(10, 4010))
     # vLLM rescales the offsets so the last request goes out at n / rate.
     assert specs.arrival_s[-1] == pytest.approx(4000 / 40.0)
@@ -216,14 +216,14 @@ def test_replay_poisson_rate() -> None:
 def test_replay_gamma_rate() -> None:
     r = bench_result_from_dict(without_times(request_rate=40.0, burstiness=4.0))
     specs = bench_result_to_requests(r, mode="rate", rng=np.random.default_rng(2))
-    assert specs.meta["arrivals"] == "gamma"
+    assert specs.origin.arrivals == "gamma"
     gaps = np.diff(specs.arrival_s)
     assert np.std(gaps) / np.mean(gaps) == pytest.approx(0.5, abs=0.04)  # 1/sqrt(burstiness)
 
 
 def test_replay_infinite_rate_and_missing_rng() -> None:
     specs = bench_result_to_requests(bench_result_from_dict(without_times()), mode="rate")
-    assert np.all(specs.arrival_s == 0.0) and specs.meta["arrivals"] == "all at once"
+    assert np.all(specs.arrival_s == 0.0) and specs.origin.arrivals == "all at once"
     with pytest.raises(ValueError, match="needs rng"):
         bench_result_to_requests(bench_result_from_dict(without_times(request_rate=5.0)),
                                  mode="rate")

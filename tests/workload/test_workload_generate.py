@@ -33,7 +33,7 @@ def specs_equal(a: RequestSpecs, b: RequestSpecs) -> bool:
             and np.array_equal(a.prompt_tokens, b.prompt_tokens)
             and np.array_equal(a.output_tokens, b.output_tokens)
             and a.closed_loop_concurrency == b.closed_loop_concurrency
-            and a.hash_ids == b.hash_ids and a.meta == b.meta and a.source == b.source)
+            and a.hash_ids == b.hash_ids and a.origin == b.origin and a.source == b.source)
 
 
 def cfg(arrivals: dict[str, Any], prompt: dict[str, Any], output: dict[str, Any],

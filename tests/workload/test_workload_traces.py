@@ -108,7 +108,7 @@ def test_target_rate(tmp_path: Path) -> None:
     assert (len(specs) - 1) / specs.arrival_s[-1] == pytest.approx(2.0)
     ts = np.array([r["timestamp"] for r in MOONCAKE_ROWS], dtype=np.float64)
     rel = (ts - ts[0]) / 1000.0
-    np.testing.assert_allclose(specs.arrival_s, rel * specs.meta["time_scale"], rtol=1e-12)
+    np.testing.assert_allclose(specs.arrival_s, rel * specs.origin.time_scale, rtol=1e-12)
 
 
 def test_target_rate_needs_a_time_span(tmp_path: Path) -> None:
@@ -161,7 +161,7 @@ def test_zero_lengths_error_or_skip(tmp_path: Path) -> None:
         replay_trace(AzureTrace(path=path))
     assert info.value.line == 3 and "skip_zero_length" in info.value.message
     specs = replay_trace(AzureTrace(path=path, skip_zero_length=True))
-    assert len(specs) == 4 and specs.meta["skipped_zero_length_rows"] == 1
+    assert len(specs) == 4 and specs.origin.skipped_zero_length_rows == 1
 
 
 # ------------------------------------------------------------------------ bad rows
