@@ -6,7 +6,6 @@ with exit code 2 and no traceback.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -129,10 +128,11 @@ def show_config(config: ConfigArg, set_: SetOpt = None, seed: SeedOpt = None) ->
 
 @app.command()
 def schema() -> None:
-    """Print the config's JSON Schema."""
-    from pdsim.config import SimConfig
+    """Print the JSON Schema of config files (as written, before the loader fills in
+    profile defaults); schema/pdsim.schema.json is this output."""
+    from pdsim.loader import config_schema_json
 
-    sys.stdout.write(json.dumps(SimConfig.model_json_schema(), indent=2) + "\n")
+    sys.stdout.write(config_schema_json())
 
 
 @app.command()

@@ -71,18 +71,31 @@ class SimConfig(StrictModel):
     """A whole simulation: model, drafter, cluster, connector, workload, seed."""
 
     name: str = "pdsim"
+    """Run name, shown in tables and written into the results."""
     description: str = ""
+    """Free text describing the run."""
     seed: NonNegInt = 0
+    """Seed of every named random stream (arrivals, lengths, acceptance, routing, faults)."""
     model: ModelConfig = ModelConfig()
+    """The served model: KV layout, MTP modules, context limit (or a shipped profile)."""
     speculative: SpeculativeConfig = SpeculativeConfig()
+    """Speculative decoding: drafter method, drafts per step, acceptance, stale-KV model."""
     cluster: ClusterConfig = ClusterConfig()
+    """Instances: disaggregated prefill/decode groups or colocated ones, with their schedulers."""
     connector: ConnectorConfig = ConnectorConfig()
+    """The KV connector between prefill and decode instances."""
     router: RouterConfig = RouterConfig()
+    """How the proxy picks an instance for each request."""
     workload: WorkloadConfig = WorkloadConfig()
+    """Which requests arrive, when, and their prompt and output lengths."""
     step_time: StepTimeConfig = SimpleStepTimeConfig()
+    """How long an engine step takes: simple (linear), roofline (profiles) or measured (CSV)."""
     slo: SLOConfig = SLOConfig()
+    """Latency targets for goodput (TTFT and TPOT)."""
     faults: FaultsConfig = FaultsConfig()
+    """Injected faults: failed KV transfers, instance outages, degraded links."""
     engine: EngineConfig = EngineConfig()
+    """How the engine computes (never what it models)."""
 
     # ---------------------------------------------------------------- derived
 

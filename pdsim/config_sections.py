@@ -40,10 +40,16 @@ class LayerGroup(StrictModel):
     """
 
     kind: Literal["attention", "sliding_window", "mamba"] = "attention"
+    """attention (per-token KV), sliding_window (last window_tokens only) or mamba (a recurrent
+    state per request)."""
     num_layers: PositiveInt
+    """Layers in this group."""
     kv_bytes_per_token_per_layer: NonNegInt = 0
+    """KV bytes one token occupies in one layer (0 for mamba)."""
     window_tokens: PositiveInt | None = None
+    """Sliding window in tokens (sliding_window groups only)."""
     state_bytes_per_layer: NonNegInt = 0
+    """Recurrent-state bytes per request per layer (mamba groups)."""
 
     @model_validator(mode="after")
     def _check(self) -> LayerGroup:
@@ -64,13 +70,20 @@ class ModelConfig(StrictModel):
     """
 
     name: str = "custom"
+    """Model name, for reports."""
     profile: str | None = None
+    """A shipped model profile (`pdsim profile` lists them); the loader fills every field left
+    out from it."""
     layer_groups: tuple[LayerGroup, ...] = (
         LayerGroup(num_layers=61, kv_bytes_per_token_per_layer=1152),
     )
+    """The target model's layers, grouped by KV layout."""
     num_mtp_modules: NonNegInt = 0
+    """MTP modules the model ships (0: none)."""
     mtp_kv_bytes_per_token_per_module: NonNegInt = 1152
+    """KV bytes one token occupies in one MTP module."""
     max_model_len: PositiveInt = 131072
+    """Longest sequence (prompt + output) in tokens."""
 
     @property
     def has_mamba(self) -> bool:
@@ -96,7 +109,10 @@ class PerPositionAcceptance(StrictModel):
     """vLLM's per-position rates: ``rates[i]`` = P(the first i+1 drafts are accepted)."""
 
     kind: Literal["per_position"] = "per_position"
+    """Selects this variant."""
     rates: tuple[Probability, ...]
+    """rates[i] = P(the first i+1 drafts are all accepted), non-increasing (vLLM's per-position
+    metric)."""
 
     @model_validator(mode="after")
     def _monotone(self) -> PerPositionAcceptance:
@@ -116,7 +132,9 @@ class ConditionalAcceptance(StrictModel):
     """``rates[i]`` = P(draft i accepted | drafts 0..i-1 accepted)."""
 
     kind: Literal["conditional"] = "conditional"
+    """Selects this variant."""
     rates: tuple[Probability, ...]
+    """rates[i] = P(draft i accepted | drafts 0..i-1 accepted)."""
 
     def conditional(self, n: int) -> np.ndarray:
         return np.asarray(self.rates[:n], dtype=np.float64)
@@ -126,7 +144,9 @@ class ConstantAcceptance(StrictModel):
     """Every draft is accepted with probability ``rate`` given its predecessors were."""
 
     kind: Literal["constant"] = "constant"
+    """Selects this variant."""
     rate: Probability
+    """Probability each draft is accepted given its predecessors were."""
 
     def conditional(self, n: int) -> np.ndarray:
         return np.full(n, self.rate, dtype=np.float64)
@@ -157,18 +177,27 @@ class StaleKVConfig(StrictModel):
     """
 
     sensitivity_per_slot: NonNegFloat = 4.4373
+    """Acceptance penalty per stale slot: conditional acceptance x exp(-sensitivity_per_slot x
+    S)."""
     decay_tokens: PositiveFloat | None = None
+    """Distance (tokens) over which a stale slot's weight decays as exp(-(d-1)/decay_tokens);
+    null: no decay."""
     residual_guess_accuracy: Probability = 0.9774
+    """Probability each of P's guesses of a prompt token past a truncated prompt end is right."""
     unverified_draft_slots: bool = Field(True, description=(
         "P's final chunk leaves slots computed from its unverified drafts in the MTP KV it "
         "hands to D (the mechanism PR #55055 fixed)."))
+    """Count slots P wrote from unverified drafts as stale when a guess they depend on was wrong
+    (ablation switch)."""
     reprefill_cache_shortfall: bool = Field(True, description=(
         "Inference from the kernels: D's multi-module re-prefill cache starts with only the "
         "entries its own final chunk wrote, so a large early rejection re-prefills some "
         "positions from garbage."))
+    """Count slots the drafter's cache lacks after D's re-prefill as stale (ablation switch)."""
     garbage_into_every_module: bool = Field(True, description=(
         "Inference from the kernels: a re-prefill from garbage writes stale slots into every "
         "module, module 0 included (False: modules 1..N-1 only)."))
+    """A stale slot in one module feeds garbage into every later module (ablation switch)."""
 
 
 class StaleKVFit(NamedTuple):
@@ -195,9 +224,13 @@ class SpeculativeConfig(StrictModel):
     """Speculative decoding: which drafter, how many drafts per step, how often accepted."""
 
     method: SpecMethod = "none"
+    """Drafter method, as vLLM names it (none turns speculation off)."""
     num_speculative_tokens: NonNegInt = 0
+    """Drafts proposed per decode step (N)."""
     acceptance: Acceptance = ConstantAcceptance(rate=0.0)
+    """How often drafts are accepted: per_position, conditional or constant rates."""
     stale_kv: StaleKVConfig = StaleKVConfig()
+    """How stale MTP KV slots after a P/D handoff lower acceptance."""
 
     @model_validator(mode="after")
     def _check(self) -> SpeculativeConfig:
@@ -224,12 +257,19 @@ class SchedulerConfig(StrictModel):
     """vLLM-v1-style scheduler limits of one instance."""
 
     max_num_seqs: PositiveInt = 128
+    """Most requests in one step's batch (vLLM --max-num-seqs)."""
     max_num_batched_tokens: PositiveInt = 8192
+    """Most tokens in one step (vLLM --max-num-batched-tokens)."""
     block_size: PositiveInt = 64
+    """Tokens per KV block."""
     num_blocks: PositiveInt | None = None
+    """KV blocks in the pool; null: derived from kv_cache_gib (or the hardware's free memory)."""
     enable_chunked_prefill: bool = True
+    """Split long prompts over steps (vLLM --enable-chunked-prefill)."""
     long_prefill_token_threshold: PositiveInt | None = None
+    """Most prompt tokens one request may prefill per step; null: no limit."""
     enable_prefix_caching: bool = False
+    """Reuse KV blocks of shared prompt prefixes (vLLM --enable-prefix-caching)."""
 
 
 class InstanceGroupConfig(StrictModel):
@@ -241,21 +281,29 @@ class InstanceGroupConfig(StrictModel):
     """
 
     count: NonNegInt = 1
+    """Identical instances in this group."""
     scheduler: SchedulerConfig = SchedulerConfig()
+    """Scheduler limits of each instance."""
     kv_cache_gib: PositiveFloat | None = None
+    """KV memory per instance in GiB; null with a roofline step time: what the GPU memory leaves
+    after the weights."""
 
 
 class ClusterConfig(StrictModel):
     """``disaggregated``: P and D groups; ``colocated``: instances that prefill and decode."""
 
     mode: Literal["disaggregated", "colocated"] = "disaggregated"
+    """disaggregated: prefill (P) and decode (D) groups; colocated: instances that do both."""
     prefill: InstanceGroupConfig = InstanceGroupConfig(
         scheduler=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=8192),
         kv_cache_gib=40.0)
+    """The prefill (P) instances (disaggregated mode)."""
     decode: InstanceGroupConfig = InstanceGroupConfig(
         scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=2048),
         kv_cache_gib=40.0)
+    """The decode (D) instances (disaggregated mode)."""
     colocated: InstanceGroupConfig = InstanceGroupConfig(count=1, kv_cache_gib=40.0)
+    """The instances that prefill and decode (colocated mode)."""
 
     def groups(self) -> list[tuple[Role, InstanceGroupConfig]]:
         """The instance groups this mode runs, in a fixed order."""
@@ -278,23 +326,35 @@ class ConnectorConfig(StrictModel):
     """
 
     transfer_mode: Literal["pull", "push"] = "pull"
+    """pull: D reads P's blocks after a read handshake; push: P writes into blocks D registered."""
     link_bandwidth_gb_per_s: PositiveFloat = 7.0
+    """Bandwidth of one P->D link in GB/s (1e9 bytes), shared equally by concurrent transfers."""
     setup_latency_s: NonNegFloat = 0.002
+    """Fixed time before a transfer starts moving bytes, in seconds."""
     handshake_s: NonNegFloat = 0.001
+    """Read handshake before a pull transfer, in seconds."""
     kv_lease_s: PositiveFloat = 30.0
+    """How long P keeps a finished request's blocks for D to read, in seconds."""
     prefill_backoff: Literal["auto", "off"] = "auto"
+    """auto: after vLLM PR #55055 (P leaves the drafter's lookahead for D to recompute); off:
+    before it."""
     kv_load_failure_policy: Literal["fail", "recompute"] = "recompute"
+    """What D does when a KV transfer fails: recompute the prompt or fail the request."""
 
 
 class RouterConfig(StrictModel):
     """The proxy's policy for picking instances (a registered policy name)."""
 
     policy: str = "round_robin"
+    """A registered routing policy name (e.g. round_robin, least_loaded)."""
 
 
 class SLOConfig(StrictModel):
     """Latency targets; a request meets the SLO when both its TTFT and TPOT do."""
 
     ttft_s: PositiveFloat | None = None
+    """Time-to-first-token target in seconds; null: none."""
     tpot_s: PositiveFloat | None = None
+    """Time-per-output-token target in seconds; null: none."""
     percentile: Annotated[float, Field(gt=0, le=100)] = 90.0
+    """Percentile of TTFT and of TPOT that is held against the targets."""

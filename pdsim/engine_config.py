@@ -16,3 +16,5 @@ class EngineConfig(StrictModel):
     """
 
     decode_runs: Literal["auto", "off"] = "auto"
+    """auto: follow stretches of pure-decode steps as vectorized runs; off: one event per step
+    (same results, slower)."""

@@ -24,8 +24,11 @@ class InstanceOutage(StrictModel):
     """Instance ``instance`` (e.g. ``D0``, ``P1``, ``C0``) is down from start_s to end_s."""
 
     instance: str
+    """Instance name, e.g. D0, P1, C0."""
     start_s: Annotated[float, Field(ge=0)]
+    """When the outage starts, in simulated seconds."""
     end_s: Annotated[float, Field(gt=0)]
+    """When the instance is back, in simulated seconds."""
 
     @model_validator(mode="after")
     def _order(self) -> InstanceOutage:
@@ -38,9 +41,13 @@ class LinkDegradation(StrictModel):
     """Links (``P0->D0``; null = every link) run at ``bandwidth_factor`` of their bandwidth."""
 
     link: str | None = None
+    """Link name, e.g. P0->D0; null: every link."""
     start_s: Annotated[float, Field(ge=0)]
+    """When the degradation starts, in simulated seconds."""
     end_s: Annotated[float, Field(gt=0)]
+    """When it ends, in simulated seconds."""
     bandwidth_factor: Annotated[float, Field(gt=0, le=1)]
+    """Fraction of the link's bandwidth left during the interval."""
 
     @model_validator(mode="after")
     def _order(self) -> LinkDegradation:
@@ -66,12 +73,19 @@ class FaultsConfig(StrictModel):
     """
 
     kv_transfer_failure_probability: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Probability each KV transfer fails when it starts moving."""
     kv_transfer_failures_at_s: tuple[Annotated[float, Field(ge=0)], ...] = ()
+    """At each of these times (seconds) the next transfer to start fails."""
     kv_transfer_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    """A transfer still moving after this many seconds is cancelled as failed; null: no timeout."""
     instance_outages: tuple[InstanceOutage, ...] = ()
+    """Intervals during which an instance is down."""
     outage_policy: Literal["retry", "fail"] = "retry"
+    """retry: requests not yet streaming are retried from the proxy; fail: they fail."""
     max_retries: Annotated[int, Field(ge=0)] = 2
+    """Most retries of one request after outages."""
     link_degradations: tuple[LinkDegradation, ...] = ()
+    """Intervals during which links run at reduced bandwidth."""
 
     @property
     def enabled(self) -> bool:

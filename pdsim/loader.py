@@ -213,3 +213,25 @@ def derived_values(cfg: SimConfig) -> dict[str, Any]:
     for role, _group in cfg.cluster.groups():
         out[f"{role.value}.num_blocks"] = cfg.num_blocks(role)
     return out
+
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_ID = "urn:pdsim:config"
+SCHEMA_FILE = "schema/pdsim.schema.json"
+
+
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of the config files users write, before ``expand_profiles`` fills
+    them: a roofline ``step_time.model`` may be left out, because the loader defaults it
+    to ``model.profile``. Every property carries the description of its field."""
+    from pdsim.perf.config import RooflineStepTimeConfig
+
+    schema = SimConfig.model_json_schema()
+    roofline = schema["$defs"][RooflineStepTimeConfig.__name__]
+    roofline["required"] = [k for k in roofline.get("required", []) if k != "model"]
+    return {"$schema": SCHEMA_DIALECT, "$id": SCHEMA_ID, **schema}
+
+
+def config_schema_json() -> str:
+    """``config_schema()`` as the text of ``schema/pdsim.schema.json``."""
+    return json.dumps(config_schema(), indent=2) + "\n"

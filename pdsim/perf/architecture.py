@@ -69,12 +69,19 @@ class AttentionMixer(StrictModel):
     """
 
     kind: Literal["attention"] = "attention"
+    """Selects this variant."""
     num_heads: PositiveInt
+    """Query heads."""
     num_kv_heads: PositiveInt
+    """Key/value heads (grouped-query attention when fewer than num_heads)."""
     head_dim: PositiveInt
+    """Elements per head."""
     sliding_window_tokens: PositiveInt | None = None
+    """Sliding window in tokens; null: full attention."""
     output_gate: bool = False
+    """The q projection also emits a sigmoid gate per head (doubles its width)."""
     input_size: PositiveInt | None = None
+    """Width of the q/k/v projections' input when not the hidden size; null: hidden size."""
 
     @model_validator(mode="after")
     def _check(self) -> AttentionMixer:
@@ -92,40 +99,60 @@ class MLAMixer(StrictModel):
     """
 
     kind: Literal["mla"] = "mla"
+    """Selects this variant."""
     num_heads: PositiveInt
+    """Attention heads."""
     q_lora_rank: PositiveInt | None = None
+    """Rank of the compressed query; null: no query compression."""
     kv_lora_rank: PositiveInt
+    """Rank of the compressed KV latent (cached per token)."""
     qk_nope_head_dim: PositiveInt
+    """Per-head query/key dimension without rotary embedding."""
     qk_rope_head_dim: PositiveInt
+    """Per-head rotary dimension (cached per token with the latent)."""
     v_head_dim: PositiveInt
+    """Per-head value dimension."""
 
 
 class Mamba2Mixer(StrictModel):
     """A Mamba-2 (SSD) layer: a recurrent state per request instead of a per-token KV."""
 
     kind: Literal["mamba2"] = "mamba2"
+    """Selects this variant."""
     num_heads: PositiveInt
+    """SSM heads."""
     head_dim: PositiveInt
+    """Elements per head."""
     state_size: PositiveInt
+    """SSM state size per head."""
     num_groups: PositiveInt = 1
+    """B/C groups."""
     conv_kernel: PositiveInt = 4
+    """Width of the causal convolution."""
 
 
 class GatedDeltaNetMixer(StrictModel):
     """Gated DeltaNet linear attention (Qwen3-Next): a d_k x d_v state per value head."""
 
     kind: Literal["gated_deltanet"] = "gated_deltanet"
+    """Selects this variant."""
     num_key_heads: PositiveInt
+    """Key heads."""
     num_value_heads: PositiveInt
+    """Value heads (each holds a d_k x d_v state)."""
     key_head_dim: PositiveInt
+    """Key head dimension (d_k)."""
     value_head_dim: PositiveInt
+    """Value head dimension (d_v)."""
     conv_kernel: PositiveInt = 4
+    """Width of the causal convolution."""
 
 
 class NoMixer(StrictModel):
     """A layer without a token mixer (an FFN-only layer of a hybrid stack)."""
 
     kind: Literal["none"] = "none"
+    """Selects this variant."""
 
 
 Mixer = Annotated[
@@ -141,20 +168,30 @@ class DenseFFN(StrictModel):
     """A dense MLP: gated (SwiGLU, 3 matrices) or not (2 matrices, e.g. squared ReLU)."""
 
     kind: Literal["dense"] = "dense"
+    """Selects this variant."""
     intermediate_size: PositiveInt
+    """MLP hidden width."""
     gated: bool = True
+    """Gated (SwiGLU, 3 matrices) or not (2 matrices)."""
 
 
 class MoEFFN(StrictModel):
     """Routed experts (``top_k`` of ``num_experts`` per token) plus always-on shared ones."""
 
     kind: Literal["moe"] = "moe"
+    """Selects this variant."""
     num_experts: PositiveInt
+    """Routed experts."""
     top_k: PositiveInt
+    """Routed experts each token uses."""
     expert_intermediate_size: PositiveInt
+    """Hidden width of one routed expert."""
     num_shared_experts: NonNegInt = 0
+    """Always-on shared experts."""
     shared_expert_intermediate_size: PositiveInt | None = None
+    """Hidden width of one shared expert; null: expert_intermediate_size."""
     gated: bool = True
+    """Gated experts (3 matrices) or not (2)."""
 
     @model_validator(mode="after")
     def _check(self) -> MoEFFN:
@@ -167,6 +204,7 @@ class NoFFN(StrictModel):
     """A layer without a feed-forward part (a mixer-only layer of a hybrid stack)."""
 
     kind: Literal["none"] = "none"
+    """Selects this variant."""
 
 
 FFN = Annotated[DenseFFN | MoEFFN | NoFFN, Field(discriminator="kind")]
@@ -179,8 +217,11 @@ class LayerBlock(StrictModel):
     """``num_layers`` consecutive identical layers (order does not matter for cost)."""
 
     num_layers: PositiveInt
+    """Consecutive identical layers."""
     mixer: Mixer
+    """The token mixer (attention, MLA, Mamba-2, gated DeltaNet or none)."""
     ffn: FFN
+    """The feed-forward part (dense, MoE or none)."""
 
     @model_validator(mode="after")
     def _check(self) -> LayerBlock:
@@ -199,12 +240,19 @@ class DrafterSpec(StrictModel):
     """
 
     kind: Literal["mtp", "eagle", "eagle3"]
+    """mtp (MTP modules), eagle or eagle3 (one head)."""
     num_modules: PositiveInt = 1
+    """Drafter modules (MTP layers)."""
     mixer: Mixer
+    """The drafter layer's token mixer."""
     ffn: FFN
+    """The drafter layer's feed-forward part."""
     input_projection_factor: PositiveInt = 2
+    """Input projection width as a multiple of hidden (2 for MTP, 3 for EAGLE-3)."""
     draft_vocab_size: PositiveInt | None = None
+    """The drafter's own LM head vocabulary; null: the target's LM head."""
     weight_dtype: DType | None = None
+    """The drafter's weight dtype; null: the target's."""
 
 
 class ModelArchitecture(StrictModel):
@@ -220,25 +268,45 @@ class ModelArchitecture(StrictModel):
     """
 
     name: str
+    """Profile name."""
     display_name: str = ""
+    """Human-readable model name."""
     hidden_size: PositiveInt
+    """Hidden (model) dimension."""
     vocab_size: PositiveInt
+    """Vocabulary size."""
     tie_word_embeddings: bool = False
+    """The LM head shares the embedding's weights."""
     max_model_len: PositiveInt
+    """Longest sequence in tokens."""
     blocks: tuple[LayerBlock, ...] = Field(min_length=1)
+    """The target's layers, as blocks of identical layers."""
     drafter: DrafterSpec | None = None
+    """The speculative drafter shipped with the model; null: none."""
     routing: ExpertRouting = Field(default_factory=lambda: DEFAULT_ROUTING)
+    """MoE routing statistics (expert load spread, token reuse)."""
     weight_dtype: DType = "bf16"
+    """Dtype of the transformer blocks' linear layers."""
     expert_weight_dtype: DType | None = None
+    """Dtype of MoE experts; null: weight_dtype."""
     embedding_dtype: DType = "bf16"
+    """Dtype of the embedding and LM head."""
     kv_cache_dtype: DType = "bf16"
+    """Dtype of the KV cache."""
     state_dtype: DType = "bf16"
+    """Dtype of Mamba / linear-attention recurrent state."""
     activation_dtype: DType = "bf16"
+    """Dtype of activations."""
     published_total_params_b: PositiveFloat | None = None
+    """Published total parameters in billions (checked against the count)."""
     published_active_params_b: PositiveFloat | None = None
+    """Published active parameters per token in billions."""
     sources: dict[str, str] = Field(default_factory=dict)
+    """Where each figure comes from, keyed by field name."""
     estimated: dict[str, str] = Field(default_factory=dict)
+    """Every guessed field (dotted path) mapped to the reason for the guess."""
     notes: str = ""
+    """Free text."""
 
     @property
     def num_layers(self) -> int:

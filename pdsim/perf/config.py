@@ -40,13 +40,21 @@ class SimpleStepTimeConfig(StrictModel):
     """
 
     kind: Literal["simple"] = "simple"
+    """Selects this variant."""
     overhead_s: Annotated[float, Field(ge=0)] = 0.003
+    """Fixed time per step, in seconds."""
     weights_floor_s: Annotated[float, Field(ge=0)] = 0.012
+    """Least time of a target forward (reading the weights), in seconds."""
     per_token_s: Annotated[float, Field(ge=0)] = 4.0e-5
+    """Target seconds per token in the step."""
     per_context_token_s: Annotated[float, Field(ge=0)] = 2.0e-9
+    """Seconds per context token of decode requests (attention reads)."""
     per_attention_pair_s: Annotated[float, Field(ge=0)] = 2.0e-12
+    """Seconds per (query, key) pair of prefill attention."""
     drafter_floor_s: Annotated[float, Field(ge=0)] = 0.0006
+    """Least time of one drafter pass, in seconds."""
     drafter_token_cost_ratio: Annotated[float, Field(ge=0)] = 0.04
+    """A drafter token's cost as a fraction of a target token's."""
 
     @property
     def parameter_provenance(self) -> str:
@@ -123,28 +131,54 @@ class RooflineStepTimeConfig(StrictModel):
     """
 
     kind: Literal["roofline"] = "roofline"
+    """Selects this variant."""
     model: str | ModelArchitecture
+    """A shipped model profile name or an inline architecture; defaults to model.profile."""
     hardware: str | HardwareSpec
+    """A shipped hardware profile name (e.g. h200) or an inline spec."""
     tensor_parallel_size: PositiveInt = 1
+    """GPUs per instance (tensor parallelism)."""
     expert_parallel_size: PositiveInt = 1
+    """GPUs MoE experts are sharded over (1: experts sliced by tensor parallelism)."""
     weight_dtype: DType | None = None
+    """Overrides the model profile's weight dtype."""
     expert_weight_dtype: DType | None = None
+    """Overrides the model profile's MoE expert weight dtype."""
     kv_cache_dtype: DType | None = None
+    """Overrides the model profile's KV cache dtype."""
     activation_dtype: DType | None = None
+    """Overrides the model profile's activation dtype."""
     compute_efficiency: Efficiency = DEFAULT_KERNELS.compute_efficiency
+    """Fraction of the dense peak a large GEMM reaches (default: the hardware profile's fit)."""
     gemm_half_tokens: NonNegFloat = DEFAULT_KERNELS.gemm_half_tokens
+    """Tokens per GEMM at which it reaches half of compute_efficiency (default: the hardware's
+    fit)."""
     memory_efficiency: Efficiency = DEFAULT_KERNELS.memory_efficiency
+    """Fraction of HBM bandwidth a weight-streaming kernel reaches (default: the hardware's
+    fit)."""
     kernel_latency_s: NonNegFloat = DEFAULT_KERNELS.kernel_latency_s
+    """Fixed time of one kernel, in seconds (default: the hardware's fit)."""
     communication_efficiency: Efficiency = DEFAULT_KERNELS.communication_efficiency
+    """Fraction of link bandwidth an all-reduce reaches (default: the hardware's fit)."""
     collective_latency_s: NonNegFloat = DEFAULT_KERNELS.collective_latency_s
+    """Fixed time of one all-reduce, in seconds (default: the hardware's fit)."""
     kernels_from: str = ""
+    """The hardware spec the kernel constants not given were taken from (filled in; '' when all
+    are given)."""
     attention_efficiency: Efficiency = 0.5
+    """Fraction of the bf16 peak attention kernels reach."""
     moe_efficiency: Efficiency = 1.0
+    """Extra factor on routed-expert GEMMs (1: priced like dense GEMMs)."""
     overhead_s: NonNegFloat = CPU_OVERHEAD_S
+    """CPU time per step (scheduling, input preparation), in seconds."""
     overhead_per_request_s: NonNegFloat = CPU_OVERHEAD_PER_REQUEST_S
+    """CPU time per request in a step, in seconds."""
     drafter_pass_overhead_s: NonNegFloat = DRAFTER_PASS_OVERHEAD_S
+    """CPU time per drafter forward, in seconds."""
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    """Fraction of GPU memory vLLM may use (sizes the KV cache)."""
     runtime_reserve_gib: NonNegFloat = 2.0
+    """GPU memory kept for activations and the runtime, in GiB."""
 
     @model_validator(mode="before")
     @classmethod
@@ -267,10 +301,16 @@ class MeasuredStepTimeConfig(StrictModel):
     """
 
     kind: Literal["measured"] = "measured"
+    """Selects this variant."""
     csv_path: str
+    """CSV of measured step times (format: docs/step-time.md); relative to the working
+    directory."""
     extrapolation: Literal["linear", "clamp"] = "linear"
+    """Beyond the measured range: linear continues the last segment, clamp holds the edge value."""
     mixed_overlap_s: NonNegFloat = 0.0
+    """Fixed cost subtracted once from a step with both prefill and decode, in seconds."""
     drafter_repair_token_s: NonNegFloat = 0.0
+    """Seconds per drafter re-prefill (repair) token."""
 
     @property
     def parameter_provenance(self) -> str:

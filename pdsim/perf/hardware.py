@@ -42,16 +42,27 @@ class HardwareSpec(StrictModel):
     """
 
     name: str
+    """Profile name."""
     display_name: str = ""
+    """Human-readable GPU name."""
     dense_tflops: dict[Precision, PositiveFloat]
+    """Dense tensor-core peak per precision in TFLOP/s (bf16 required)."""
     hbm_capacity_gib: PositiveFloat
+    """HBM capacity in GiB."""
     hbm_bandwidth_gb_per_s: PositiveFloat
+    """Peak HBM bandwidth in GB/s (1e9 bytes)."""
     scale_up_bandwidth_gb_per_s: PositiveFloat
+    """NVLink-class bandwidth per GPU and direction, GB/s."""
     scale_up_domain_gpus: PositiveInt = 8
+    """GPUs reachable over the scale-up fabric."""
     scale_out_bandwidth_gb_per_s: PositiveFloat
+    """Network bandwidth per GPU and direction, GB/s."""
     kernels: KernelFit | None = None
+    """Fitted kernel constants; null: the default (H100) fit."""
     sources: dict[str, str] = Field(default_factory=dict)
+    """Where each figure comes from, keyed by field name."""
     notes: str = ""
+    """Free text."""
 
     @model_validator(mode="after")
     def _check(self) -> HardwareSpec:

@@ -43,13 +43,21 @@ class KernelFit(StrictModel):
     """
 
     compute_efficiency: Efficiency
+    """Fraction of the dense peak a large GEMM reaches."""
     gemm_half_tokens: NonNegFloat
+    """Tokens per GEMM at which it reaches half of compute_efficiency."""
     memory_efficiency: Efficiency
+    """Fraction of HBM bandwidth a weight-streaming kernel reaches."""
     kernel_latency_s: NonNegFloat
+    """Fixed time of one kernel, in seconds."""
     collective_latency_s: NonNegFloat
+    """Fixed time of one all-reduce, in seconds."""
     communication_efficiency: Efficiency
+    """Fraction of per-direction link bandwidth an all-reduce ring reaches."""
     fitted_to: str = ""
+    """The data the values are fitted to."""
     transferred_from: str = ""
+    """Another GPU whose fit this one borrows, when it has no public kernel data."""
 
 
 DEFAULT_KERNELS = KernelFit(

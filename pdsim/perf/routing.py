@@ -54,8 +54,11 @@ class ExpertRouting(StrictModel):
     """
 
     load_cv: NonNegFloat = 0.0
+    """Coefficient of variation of per-expert load over a serving window (0: uniform)."""
     token_reuse: Fraction = 0.0
+    """Excess probability a later token of a request re-picks its earlier tokens' experts."""
     sources: dict[str, str] = Field(default_factory=dict)
+    """Where the figures come from."""
 
 
 DEFAULT_ROUTING = ExpertRouting(

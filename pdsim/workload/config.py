@@ -26,7 +26,9 @@ class PoissonArrivals(StrictModel):
     """Open-loop Poisson arrivals: exponential gaps with mean ``1 / rate_per_s`` seconds."""
 
     kind: Literal["poisson"] = "poisson"
+    """Selects this variant."""
     rate_per_s: PositiveFloat
+    """Mean arrival rate, requests per second."""
 
     @property
     def gap_cv(self) -> float:
@@ -43,9 +45,14 @@ class GammaArrivals(StrictModel):
     """
 
     kind: Literal["gamma"] = "gamma"
+    """Selects this variant."""
     rate_per_s: PositiveFloat
+    """Mean arrival rate, requests per second."""
     cv: PositiveFloat | None = None
+    """Coefficient of variation of the gaps (1: Poisson); give this or burstiness."""
     burstiness: PositiveFloat | None = None
+    """vLLM bench serve --burstiness (the gamma shape, cv = 1/sqrt(burstiness)); give this or
+    cv."""
 
     @model_validator(mode="after")
     def _one_shape(self) -> GammaArrivals:
@@ -71,7 +78,9 @@ class ConstantArrivals(StrictModel):
     """Deterministic arrivals every ``1 / rate_per_s`` seconds (the first at one gap)."""
 
     kind: Literal["constant"] = "constant"
+    """Selects this variant."""
     rate_per_s: PositiveFloat
+    """Arrivals per second, evenly spaced."""
 
     @property
     def gap_cv(self) -> float:
@@ -86,7 +95,9 @@ class ClosedLoopArrivals(StrictModel):
     """
 
     kind: Literal["closed_loop"] = "closed_loop"
+    """Selects this variant."""
     concurrency: PositiveInt
+    """Clients, each sending its next request when the last finishes (vLLM --max-concurrency)."""
 
 
 Arrivals = Annotated[
@@ -101,7 +112,9 @@ class FixedLength(StrictModel):
     """Every request has exactly ``tokens`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
+    """Selects this variant."""
     tokens: PositiveInt
+    """Tokens of every request."""
 
     @property
     def expected_tokens(self) -> float:
@@ -117,8 +130,11 @@ class UniformLength(StrictModel):
     """
 
     kind: Literal["uniform"] = "uniform"
+    """Selects this variant."""
     mean_tokens: PositiveInt
+    """Mean tokens (vLLM random dataset's input/output length)."""
     range_ratio: Annotated[float, Field(ge=0, lt=1)]
+    """Half-width of the range as a fraction of the mean (vLLM --random-range-ratio)."""
 
     @property
     def low_tokens(self) -> int:
@@ -142,10 +158,15 @@ class _SpreadLength(StrictModel):
     """
 
     kind: Literal["normal", "lognormal"]
+    """Selects this variant."""
     mean_tokens: PositiveFloat
+    """Mean tokens."""
     std_tokens: PositiveFloat | None = None
+    """Standard deviation in tokens; give this or cv."""
     cv: PositiveFloat | None = None
+    """Coefficient of variation (std / mean); give this or std_tokens."""
     max_tokens: PositiveInt | None = None
+    """Draws are clipped to this many tokens; null: no cap."""
 
     @model_validator(mode="after")
     def _one_spread(self) -> _SpreadLength:
@@ -175,6 +196,7 @@ class NormalLength(_SpreadLength):
     """Normal with ``mean_tokens`` and ``std_tokens`` (or ``cv``), rounded and clipped."""
 
     kind: Literal["normal"] = "normal"
+    """Selects this variant."""
 
 
 class LognormalLength(_SpreadLength):
@@ -184,6 +206,7 @@ class LognormalLength(_SpreadLength):
     """
 
     kind: Literal["lognormal"] = "lognormal"
+    """Selects this variant."""
 
     @property
     def log_sigma(self) -> float:
@@ -204,9 +227,13 @@ class EmpiricalLength(StrictModel):
     """
 
     kind: Literal["empirical"] = "empirical"
+    """Selects this variant."""
     values: tuple[PositiveInt, ...] | None = None
+    """Token counts drawn with the weights (or give bin_edges)."""
     bin_edges: tuple[PositiveInt, ...] | None = None
+    """Strictly increasing integer bin edges; a draw is uniform within its bin."""
     weights: tuple[Weight, ...]
+    """Relative weight of each value or bin."""
 
     @model_validator(mode="after")
     def _check(self) -> EmpiricalLength:
@@ -263,13 +290,21 @@ class _TraceBase(StrictModel):
     """
 
     kind: Literal["mooncake", "azure"]
+    """Selects this variant."""
     path: Annotated[str, Field(min_length=1)]
+    """Trace file, relative to the working directory, or pkg:<path> for pdsim's shipped data."""
     time_scale: PositiveFloat | None = None
+    """Multiplies the trace's gaps (0.5 halves them); give this or target_rate_per_s."""
     target_rate_per_s: PositiveFloat | None = None
+    """Scale the gaps so the mean rate is this many requests per second."""
     start_offset_s: NonNegFloat = 0.0
+    """Skip rows earlier than this many trace seconds after the first."""
     max_requests: PositiveInt | None = None
+    """Keep at most this many rows; null: all."""
     unsorted: Literal["error", "sort"] = "error"
+    """Timestamps that go backwards: error, or sort stably."""
     skip_zero_length: bool = False
+    """Drop rows with 0 input or output tokens instead of failing."""
 
     @model_validator(mode="after")
     def _one_scaling(self) -> _TraceBase:
@@ -286,7 +321,9 @@ class MooncakeTrace(_TraceBase):
     """
 
     kind: Literal["mooncake"] = "mooncake"
+    """Selects this variant."""
     hash_block_tokens: PositiveInt = 512
+    """Tokens per hash_ids block (512 in Mooncake traces)."""
 
 
 class AzureTrace(_TraceBase):
@@ -294,6 +331,7 @@ class AzureTrace(_TraceBase):
     ``GeneratedTokens``."""
 
     kind: Literal["azure"] = "azure"
+    """Selects this variant."""
 
 
 Trace = Annotated[MooncakeTrace | AzureTrace, Field(discriminator="kind")]
@@ -312,11 +350,17 @@ class WorkloadConfig(StrictModel):
     """
 
     num_requests: PositiveInt | None = 200
+    """Stop after this many requests; null: no count limit."""
     duration_s: PositiveFloat | None = None
+    """Stop arrivals at this simulated time, in seconds; null: no time limit."""
     arrivals: Arrivals = PoissonArrivals(rate_per_s=4.0)
+    """When requests arrive: poisson, gamma, constant or closed_loop."""
     prompt_tokens: LengthDist = FixedLength(tokens=1024)
+    """Prompt length distribution."""
     output_tokens: LengthDist = FixedLength(tokens=256)
+    """Output length distribution."""
     trace: Trace | None = None
+    """Replay a recorded trace (mooncake or azure) instead of synthetic arrivals and lengths."""
 
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadConfig:
