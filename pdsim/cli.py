@@ -14,6 +14,7 @@ import typer
 
 from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
 from pdsim.commands._shared import (
+    configure_logging,
     console,
     err_console,
     load,
@@ -26,6 +27,29 @@ __all__ = ["app", "console", "err_console", "main", "user_errors"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="pdsim: simulate P/D disaggregated LLM serving with MTP speculation.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from pdsim._version import __version__
+
+        sys.stdout.write(f"pdsim {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print pdsim's version and exit.")] = False,
+    verbose: Annotated[int, typer.Option(
+        "--verbose", "-v", count=True, help="Log more (debug lines) to stderr.")] = 0,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Log only warnings and errors (no progress lines).")] = False,
+) -> None:
+    """pdsim: simulate P/D disaggregated LLM serving with MTP speculation. Progress is a
+    bar on a terminal and a log line every few seconds otherwise (CI, nohup, Slurm)."""
+    configure_logging(-1 if quiet else verbose)
 
 
 @app.command()
@@ -128,8 +152,10 @@ def show_config(config: ConfigArg, set_: SetOpt = None, seed: SeedOpt = None) ->
 
 @app.command()
 def schema() -> None:
-    """Print the JSON Schema of config files (as written, before the loader fills in
-    profile defaults); schema/pdsim.schema.json is this output."""
+    """Print the JSON Schema of config files as users write them.
+
+    Before the loader fills defaults from model.profile; schema/pdsim.schema.json is this
+    output."""
     from pdsim.loader import config_schema_json
 
     sys.stdout.write(config_schema_json())

@@ -54,7 +54,7 @@ def splits_table(splits: list[Any], title: str) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    from pdsim.commands._shared import console, err_console, user_errors
+    from pdsim.commands._shared import console, err_console, progress_display, user_errors
 
     @app.command()
     @user_errors
@@ -98,17 +98,12 @@ def register(app: typer.Typer) -> None:
                                      on_trial=None if json_ else show)
         splits = None
         if gpu_budget is not None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-            prog = Progress(TextColumn("[bold]P:D splits"), BarColumn(), MofNCompleteColumn(),
-                            console=err_console, transient=True,
-                            disable=not err_console.is_terminal)
-            task = prog.add_task("splits", total=None)
+            prog, update = progress_display("P:D splits")
             with prog:
                 splits = best_pd_split(
                     cfg, gpu_budget, gpus_per_instance=gpus_per_instance, tol=tol,
                     min_requests=min_requests, workers=workers,
-                    progress=lambda d, t: prog.update(task, completed=d, total=t))
+                    progress=update)
         if json_:
             doc: dict[str, Any] = {
                 "rate_per_s": found.rate_per_s, "failing_rate_per_s": found.failing_rate_per_s,

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
@@ -53,7 +52,7 @@ def sweep_table(rows: list[dict[str, Any]], param_keys: list[str], title: str) -
 
 
 def register(app: typer.Typer) -> None:
-    from pdsim.commands._shared import console, err_console, user_errors
+    from pdsim.commands._shared import console, err_console, progress_display, user_errors
 
     @app.command()
     @user_errors
@@ -102,14 +101,7 @@ def register(app: typer.Typer) -> None:
         run = SweepRun(base, spec.expand())
         keys = list(dict.fromkeys(k for p in run.points for k in p.params))
 
-        prog = Progress(TextColumn("[bold]sweep points"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=err_console, transient=True,
-                        disable=not err_console.is_terminal)
-        task = prog.add_task("sweep", total=len(run.points))
-
-        def update(done: int, total: int) -> None:
-            prog.update(task, completed=done, total=total)
-
+        prog, update = progress_display("sweep points")
         try:
             with prog:
                 rows = run.run(out, backend=backend,  # type: ignore[arg-type]
