@@ -40,6 +40,8 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
 
 def _clean(obj: Any) -> Any:
     """JSON-safe: NaN and infinities become null; numpy scalars become Python numbers."""
+    if isinstance(obj, _Infinite):
+        return float(obj)
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, Mapping):
@@ -51,13 +53,28 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def to_json(obj: Any) -> str:
-    """Deterministic JSON text (sorted keys are not used: insertion order is meaningful)."""
-    return json.dumps(_clean(obj), indent=2, allow_nan=False) + "\n"
+def to_json(obj: Any, *, infinite_keys: Iterable[str] = ()) -> str:
+    """Deterministic JSON text (sorted keys are not used: insertion order is meaningful).
+
+    NaN and infinities become null, except an infinite value of a top-level key in
+    ``infinite_keys``: that is written as ``Infinity`` / ``-Infinity``, the extension
+    Python's ``json`` (and so vLLM's result files) write and read."""
+    keep = set(infinite_keys)
+    if keep and isinstance(obj, Mapping):
+        obj = {k: _Infinite(v) if k in keep and isinstance(v, float) and math.isinf(v)
+               else v for k, v in obj.items()}
+    cleaned = _clean(obj)
+    if not keep:
+        return json.dumps(cleaned, indent=2, allow_nan=False) + "\n"
+    return json.dumps(cleaned, indent=2, allow_nan=True) + "\n"
 
 
-def write_json(path: str | Path, obj: Any) -> Path:
-    return write_atomic(path, to_json(obj))
+class _Infinite(float):
+    """An infinity ``_clean`` keeps (``to_json``'s ``infinite_keys``)."""
+
+
+def write_json(path: str | Path, obj: Any, *, infinite_keys: Iterable[str] = ()) -> Path:
+    return write_atomic(path, to_json(obj, infinite_keys=infinite_keys))
 
 
 def records_csv(records: Sequence[dict[str, Any]], fields: Iterable[str]) -> str:

@@ -43,7 +43,8 @@ def write_run(res: Results, out: Path, plots: bool = False, timeline: bool = Fal
                  + "".join(f"# {k}: {v}\n" for k, v in derived_values(res.config).items()))
     write_atomic(out / "requests.csv", records_csv(res.records, RECORD_FIELDS))
     write_parquet(out / "requests.parquet", res.records, RECORD_FIELDS)
-    write_json(out / "bench_result.json", run_bench_result(res))
+    # vLLM json.dumps its float burstiness: constant gaps (infinite) read ``Infinity``
+    write_json(out / "bench_result.json", run_bench_result(res), infinite_keys=("burstiness",))
     write_timeseries(res, out / "timeseries.csv")
     write_json(out / "summary.json", summary_document(res))
     if plots:

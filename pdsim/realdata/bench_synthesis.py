@@ -71,6 +71,8 @@ def make_bench_result(
     ``endpoint_type``, ``label``, ``model_id``, ``tokenizer_id``, ``num_prompts``,
     ``request_rate`` (number or ``"inf"``), ``burstiness``, ``max_concurrency``,
     ``ramp_up_*``; other keys are written like ``--metadata`` entries.
+    ``burstiness`` stays a float (``inf`` for constant gaps, which ``vllm bench serve``
+    json.dumps as ``Infinity``).
     ``goodput_slo_ms`` (keys ``ttft``, ``tpot``, ``e2el``) gives ``request_goodput``;
     ``spec_decode`` adds the ``spec_decode_*`` fields.
     """
@@ -126,7 +128,7 @@ def make_bench_result(
     burstiness = float(meta.pop("burstiness", 1.0))
     result.update({str(k): v for k, v in meta.items()})
     result["request_rate"] = _json_number(rate_num)
-    result["burstiness"] = _json_number(burstiness)
+    result["burstiness"] = burstiness  # vLLM keeps the float: inf for constant gaps
     result["max_concurrency"] = None if max_conc is None else int(max_conc)
     result.update(ramp)
 
@@ -201,6 +203,10 @@ def run_bench_result(res: Results) -> dict[str, object]:
             meta.update(request_rate=arr.rate_per_s, burstiness=arr.shape)
         elif arr.kind == "poisson":
             meta.update(request_rate=arr.rate_per_s, burstiness=1.0)
-        else:  # constant gaps: vLLM's burstiness -> infinity
-            meta.update(request_rate=arr.rate_per_s)
-    return make_bench_result(records, summary, meta=meta, spec_decode=spec)
+        else:  # constant gaps: vLLM's gamma gaps as burstiness -> infinity
+            meta.update(request_rate=arr.rate_per_s, burstiness=math.inf)
+    slo = res.config.slo
+    goodput = {k: v * 1000.0 for k, v in (("ttft", slo.ttft_s), ("tpot", slo.tpot_s))
+               if v is not None}
+    return make_bench_result(records, summary, meta=meta, spec_decode=spec,
+                             goodput_slo_ms=goodput or None)
