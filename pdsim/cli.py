@@ -26,6 +26,7 @@ from pdsim.errors import PdsimError
 __all__ = ["app", "console", "err_console", "main", "user_errors"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
                   help="pdsim: simulate P/D disaggregated LLM serving with MTP speculation.")
 
 
@@ -59,7 +60,10 @@ def run(
     set_: SetOpt = None,
     seed: SeedOpt = None,
     out: Annotated[Path | None, typer.Option(
-        help="Write summary.json, requests.csv and config.resolved.yaml here.")] = None,
+        help="Write here: summary.json, requests.csv (and requests.parquet with pyarrow), "
+             "bench_result.json (vllm bench serve --save-result form), timeseries.csv, "
+             "config.resolved.yaml; with --plots the PNG plots, with --timeline "
+             "timeline.json.")] = None,
     plots: Annotated[bool, typer.Option(help="Also write PNG plots to --out.")] = False,
     timeline: Annotated[bool, typer.Option(
         help="Also write a Perfetto/Chrome trace (timeline.json) to --out.")] = False,
@@ -108,21 +112,33 @@ def compare(
     out: Annotated[Path | None, typer.Option(help="Write compare.json here.")] = None,
     plots: Annotated[bool, typer.Option(help="Also write comparison plots to --out.")] = False,
 ) -> None:
-    """P/D before the fix vs after it (same workload, same random streams)."""
+    """P/D before the fix vs after it (same workload, same random streams).
+
+    Prints the table and a headline; --out writes compare.json, with --plots the
+    comparison PNGs."""
     from pdsim.compare import compare as run_compare
     from pdsim.report import comparison_table
 
     cfg = load(config, set_, seed)
+    speculating = cfg.speculative.method != "none"
+    if not speculating and not colocated:
+        raise PdsimError("speculative.method: none: without a drafter the fix changes "
+                         "nothing, so before and after are the same run; compare a config "
+                         "with speculation (or add --colocated for P/D against colocated)")
     prog, update = simulation_progress()
     with prog:
         cmp = run_compare(cfg, colocated=colocated, progress=update)
     console.print(comparison_table(cmp, title=f"{cfg.name}: P/D before vs after the fix"))
     h = cmp.headline()
-    console.print(
-        f"acceptance rate {h['acceptance_rate_change_points']:+.1f} points, output throughput "
-        f"{h['output_throughput_change_pct']:+.0f}%, TPOT {h['tpot_change_pct']:+.0f}% "
-        f"(acceptance length {h['acceptance_length_before']:.3f} -> "
-        f"{h['acceptance_length_after']:.3f})")
+    if not speculating:
+        console.print("no speculative decoding: P/D before and after the fix are the same "
+                      "run; the colocated column is the comparison")
+    else:
+        console.print(
+            f"acceptance rate {h['acceptance_rate_change_points']:+.1f} points, output "
+            f"throughput {h['output_throughput_change_pct']:+.0f}%, TPOT "
+            f"{h['tpot_change_pct']:+.0f}% (acceptance length "
+            f"{h['acceptance_length_before']:.3f} -> {h['acceptance_length_after']:.3f})")
     if out is not None:
         from pdsim.output import write_json
 
@@ -187,13 +203,32 @@ def profile(
 @app.command("import-metrics")
 @user_errors
 def import_metrics(
-    metrics: Annotated[list[Path], typer.Argument(
-        help="One Prometheus scrape (totals) or two (rates over the interval between).")],
+    scrape: Annotated[Path, typer.Argument(
+        help="A Prometheus scrape of vLLM's /metrics (totals since start).")],
+    scrape2: Annotated[Path | None, typer.Argument(
+        help="A later scrape: rates over the interval between the two.")] = None,
     label: Annotated[list[str] | None, typer.Option(
+        metavar="NAME=VALUE",
         help="Only series with this label: name=value (repeatable).")] = None,
+    method: Annotated[str | None, typer.Option(
+        help="The drafter vLLM ran (speculative.method: ngram, draft_model, eagle, eagle3, "
+             "mtp); its metrics do not say, so without this the snippet marks mtp as "
+             "assumed.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write the YAML snippet to this file (default: stdout).")] = None,
 ) -> None:
-    """Acceptance rates from vLLM's Prometheus metrics, as a pdsim config snippet."""
+    """Acceptance rates from vLLM's Prometheus metrics, as a pdsim config snippet.
+
+    The YAML snippet goes to stdout (or --output), the report to stderr, so `> file.yaml`
+    gives a valid file."""
+    from typing import get_args
+
+    from pdsim.config_sections import SpecMethod
     from pdsim.realdata import import_metrics_report
+
+    methods = [m for m in get_args(SpecMethod) if m != "none"]
+    if method is not None and method not in methods:
+        raise PdsimError(f"--method {method}: expected one of {', '.join(methods)}")
 
     selector = {}
     for item in label or []:
@@ -201,10 +236,18 @@ def import_metrics(
             raise PdsimError(f"--label {item}: expected name=value")
         k, v = item.split("=", 1)
         selector[k] = v
-    stats, snippet = import_metrics_report([str(p) for p in metrics], selector or None)
+    paths = [str(scrape)] + ([str(scrape2)] if scrape2 is not None else [])
+    stats, snippet = import_metrics_report(paths, selector or None, method=method)
     for line in stats.summary_lines():
-        console.print(line, markup=False, highlight=False)
-    sys.stdout.write(snippet if snippet.endswith("\n") else snippet + "\n")
+        err_console.print(line, markup=False, highlight=False)
+    snippet = snippet if snippet.endswith("\n") else snippet + "\n"
+    if output is None:
+        sys.stdout.write(snippet)
+    else:
+        from pdsim.output import write_atomic
+
+        write_atomic(output, snippet)
+        err_console.print(f"wrote {output}", markup=False, highlight=False)
 
 
 def _register_commands() -> None:

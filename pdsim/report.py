@@ -70,6 +70,10 @@ def summary_table(summary: Mapping[str, Any], title: str = "pdsim summary") -> T
     return outer
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
 def comparison_table(cmp: Comparison, title: str = "P/D before vs after the fix") -> Table:
     """Side-by-side metrics of the variants, plus the after/before change."""
     names = list(cmp.variants)
@@ -84,9 +88,11 @@ def comparison_table(cmp: Comparison, title: str = "P/D before vs after the fix"
         cells = [_fmt(row[n]) for n in names]
         if has_pair:
             b, a = row["pd_before_fix"], row["pd_after_fix"]
-            if row["key"] in ("acceptance_rate",) or row["key"].startswith("per_position"):
-                change = f"{a - b:+.1f} pt" if a is not None and b is not None else "-"
-            elif a is not None and b not in (None, 0.0):
+            if not (_finite(a) and _finite(b)):
+                change = "-"
+            elif row["key"] in ("acceptance_rate",) or row["key"].startswith("per_position"):
+                change = f"{a - b:+.1f} pt"
+            elif b != 0.0:
                 change = f"{(a / b - 1) * 100:+.1f}%"
             else:
                 change = "-"

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-s", help="Override a config value: dotted.key=value (repeatable).")]
+    "--set", "-s", metavar="KEY=VALUE",
+    help="Override a config value: dotted.key=value (repeatable).")]
 SeedOpt = Annotated[int | None, typer.Option(help="Random seed (overrides the config's).")]
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config file.")]

@@ -109,6 +109,7 @@ def register(app: typer.Typer) -> None:
     from pdsim.commands._shared import console, err_console, user_errors
 
     ResultList = Annotated[list[Path] | None, typer.Option(
+        metavar="RESULT.json",
         help="A vllm bench serve result (repeatable).")]
 
     @app.command()
@@ -116,6 +117,7 @@ def register(app: typer.Typer) -> None:
     def calibrate(
         config: ConfigArg,
         against: Annotated[list[Path], typer.Option(
+            metavar="RESULT.json",
             help="Result of the deployment CONFIG describes, to fit (repeatable).")],
         standalone: ResultList = None,
         standalone_config: Annotated[Path | None, typer.Option(
@@ -123,9 +125,11 @@ def register(app: typer.Typer) -> None:
                  "colocated).")] = None,
         held_out: ResultList = None,
         param: Annotated[list[str] | None, typer.Option(
+            metavar="KEY[=LO:HI]",
             help="Dotted config path to fit, optionally with a range: "
                  "step_time.per_token_s=1e-6:1e-3 (repeatable; default: see docs).")] = None,
         metric: Annotated[list[str] | None, typer.Option(
+            metavar="METRIC",
             help="Metric key to fit, e.g. mean_tpot_ms (repeatable; default: mean and p50 "
                  "TTFT and TPOT, mean ITL and E2E, output throughput).")] = None,
         set_: SetOpt = None,

@@ -61,6 +61,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option(
             help="Output folder: sweep.csv, sweep.parquet, points/<id>/ (the cache).")],
         grid: Annotated[list[str] | None, typer.Option(
+            metavar="KEY=VALUES",
             help="A grid axis: dotted.key=v1,v2,... or dotted.key=start:stop:step "
                  "(repeatable; the cartesian product is swept).")] = None,
         sweep_file: Annotated[Path | None, typer.Option(

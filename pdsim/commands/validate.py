@@ -67,6 +67,7 @@ def register(app: typer.Typer) -> None:
             help="Largest |relative error| allowed (0.1 = 10%); beyond it exit code 1.")
         ] = 0.10,
         metric: Annotated[list[str] | None, typer.Option(
+            metavar="METRIC",
             help="Check only this metric key, e.g. mean_tpot_ms (repeatable; "
                  "default: every row).")] = None,
         index: Annotated[int, typer.Option(

@@ -127,9 +127,12 @@ class AcceptanceStats:
             return None
         return self.num_draft_tokens // self.num_drafts
 
-    def to_config_yaml(self, *, method: str = "mtp", digits: int = 4) -> str:
+    def to_config_yaml(self, *, method: str | None = None, digits: int = 4) -> str:
         """A pdsim config snippet (YAML text) reproducing these acceptance rates.
 
+        ``method`` is the drafter (``speculative.method``). vLLM's spec-decode metrics do
+        not say which drafter produced them, so without one the snippet says ``mtp`` and
+        marks it as assumed.
         ``num_speculative_tokens`` is the measured drafts per step, or the number of
         positions when the step sizes varied. Rates are rounded to ``digits`` decimals
         (rounding keeps them non-increasing, as pdsim's ``per_position`` kind requires).
@@ -139,11 +142,13 @@ class AcceptanceStats:
         n = self.num_speculative_tokens or len(self.accepted_per_pos)
         rates = ", ".join(f"{round(r, digits):.{digits}f}" for r in self.per_position_rates)
         where = f" from {self.source}" if self.source else ""
+        method_line = (f"  method: {method}\n" if method is not None else
+                       "  method: mtp  # assumed: the metrics do not name the drafter\n")
         return (
             f"# measured{where}: {self.num_drafts} drafted steps, acceptance rate "
             f"{self.acceptance_rate:.4f}, acceptance length {self.acceptance_length:.4f}\n"
             "speculative:\n"
-            f"  method: {method}\n"
+            f"{method_line}"
             f"  num_speculative_tokens: {n}\n"
             "  acceptance:\n"
             "    kind: per_position\n"
@@ -342,8 +347,8 @@ def acceptance_between(before: Scrape, after: Scrape,
     return _sum(deltas, after.file, f"{before.file} -> {after.file}")
 
 
-def import_metrics_report(paths: list[str], selector: Mapping[str, str] | None = None
-                          ) -> tuple[AcceptanceStats, str]:
+def import_metrics_report(paths: list[str], selector: Mapping[str, str] | None = None,
+                          method: str | None = None) -> tuple[AcceptanceStats, str]:
     """Acceptance from one scrape (since start) or two (the interval), and its YAML snippet.
 
     The entry point of ``pdsim import-metrics``: returns the stats and the pdsim
@@ -355,4 +360,4 @@ def import_metrics_report(paths: list[str], selector: Mapping[str, str] | None =
         stats = acceptance_between(read_scrape(paths[0]), read_scrape(paths[1]), selector)
     else:
         raise PdsimError(f"give one metrics scrape, or two (before and after); got {len(paths)}")
-    return stats, stats.to_config_yaml()
+    return stats, stats.to_config_yaml(method=method)
