@@ -13,8 +13,9 @@ The drafter's clean acceptance is set to a constant conditional rate alpha per d
 The sweep runs through ``pdsim.sweep`` with its cache under ``results/cache/``; every
 point is simulated afresh unless ``--resume`` (the cache key holds pdsim's version, not
 its code, and this benchmark exists to measure the current code). Writes
-``results/acceptance_sweep.csv`` and ``results/acceptance_sweep.png`` and prints the
-figures.
+``results/acceptance_sweep.csv`` and ``results/acceptance_sweep.png`` (plus, per config,
+``results/acceptance_sweep_<config>.png``: what ``pdsim plot`` draws for its sweep folder,
+including the measured acceptance rate) and prints the figures.
 
     .venv/bin/python benchmarks/acceptance_sweep.py [--requests 300] [--workers 2]
 """
@@ -35,6 +36,7 @@ from pdsim.config import SimConfig
 from pdsim.loader import load_config
 from pdsim.output import write_atomic
 from pdsim.sweep import expand_points, parse_values, run_sweep
+from pdsim.sweep_figures import write_sweep_plots
 
 DEFAULT_CONFIGS = ("mtp3.yaml", "mtp3_2p2d.yaml", "inkling_small_pd_mtp8.yaml")
 VARIANTS = ("pd_before_fix", "pd_after_fix", "colocated")
@@ -74,8 +76,11 @@ def sweep_config(path: Path, alphas: list[float], requests: int, workers: int | 
         sets.append(f"workload.arrivals={{kind: closed_loop, concurrency: {closed_loop}}}")
     cfg = load_config(path, sets)
     points = expand_points([("speculative.acceptance.rate", alphas)], variant_points(cfg))
-    rows = run_sweep(cfg, points, out_dir=CACHE / "acceptance_sweep" / path.stem,
-                     workers=workers, run_files=False, force=not resume)
+    out_dir = CACHE / "acceptance_sweep" / path.stem
+    rows = run_sweep(cfg, points, out_dir=out_dir, workers=workers, run_files=False,
+                     force=not resume)
+    # what `pdsim plot` draws for the sweep folder: every metric against alpha, per variant
+    write_sweep_plots(out_dir, RESULTS, filename=f"acceptance_sweep_{path.stem}.png")
     return [{"config": path.stem, "variant": r["name"],
              "alpha": r["speculative.acceptance.rate"],
              **{c: r.get(c) for c in COLUMNS[3:]}} for r in rows]

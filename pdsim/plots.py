@@ -30,6 +30,7 @@ from pdsim.plot_data import (
     read_run_dir,
     run_data,
 )
+from pdsim.sweep_figures import is_sweep_dir, write_sweep_plots
 from pdsim.timeseries import bin_edges, throughput_bins
 
 if TYPE_CHECKING:
@@ -383,17 +384,21 @@ def write_comparison_plots(cmp: Comparison, out: str | Path) -> list[Path]:
 
 
 def plot_result_dir(result_dir: str | Path, out: str | Path | None = None) -> list[Path]:
-    """Plot what ``pdsim run --out`` or ``pdsim compare --out`` left in ``result_dir``
-    (both, if both are there); PNG files go to ``out`` (default: ``result_dir``)."""
+    """Plot what ``pdsim run --out``, ``pdsim compare --out`` (both, if both are there) or
+    ``pdsim sweep --out`` (``sweep.png``) left in ``result_dir``; PNG files go to ``out``
+    (default: ``result_dir``)."""
     d = Path(result_dir)
     if not d.exists():
         raise InputFileError(str(d), None, "no such result directory")
     if not d.is_dir():
         raise InputFileError(str(d), None, "not a directory")
+    if is_sweep_dir(d):
+        return write_sweep_plots(d, out)
     has_run, has_cmp = (d / "summary.json").is_file(), (d / "compare.json").is_file()
     if not (has_run or has_cmp):
         raise PdsimError(f"{d}: not a pdsim result directory: expected summary.json "
-                         "(pdsim run --out) or compare.json (pdsim compare --out)")
+                         "(pdsim run --out), compare.json (pdsim compare --out) or "
+                         "sweep.csv (pdsim sweep --out)")
     target = Path(out) if out is not None else d
     files = []
     if has_run:

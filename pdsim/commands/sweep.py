@@ -36,19 +36,53 @@ def _fmt(v: Any, scale: float, digits: int) -> str:
     return str(v)
 
 
-def sweep_table(rows: list[dict[str, Any]], param_keys: list[str], title: str) -> Table:
-    """Point, its settings and the headline metrics (every column is in sweep.csv)."""
-    t = Table(title=title, header_style="bold")
-    t.add_column("point", justify="right")
-    for k in param_keys:
-        t.add_column(k, justify="right")
-    metrics = [m for m in SHOWN_METRICS if any(m[0] in r for r in rows)]
-    for _, header, _, _ in metrics:
-        t.add_column(header, justify="right")
+def _param_cells(rows: list[dict[str, Any]], key: str) -> tuple[list[str], list[str]]:
+    """The cells of a swept key's column and legend lines: a whole swept section (a JSON
+    object or list) is shown as ``#1``, ``#2``, ... and spelled out in the legend."""
+    labels: dict[str, str] = {}
+    cells = []
     for r in rows:
-        t.add_row(str(r["point"]), *(str(r.get(k, "")) for k in param_keys),
-                  *(_fmt(r.get(key), scale, d) for key, _, scale, d in metrics))
-    return t
+        v = r.get(key)
+        text = "" if v is None else str(v)
+        if text.startswith(("{", "[")):
+            text = labels.setdefault(text, f"#{len(labels) + 1}")
+        cells.append(text)
+    return cells, [f"{key} {label} = {value}" for value, label in labels.items()]
+
+
+def sweep_table(rows: list[dict[str, Any]], param_keys: list[str], title: str
+                ) -> tuple[Table, list[str]]:
+    """Point, its settings and the headline metrics (every column is in sweep.csv), and
+    the legend of the swept sections shown as ``#n``. No column wraps or truncates: print
+    it with ``table_width``."""
+    headers = ["point"]
+    columns = [[str(r["point"]) for r in rows]]
+    legend: list[str] = []
+    for k in param_keys:
+        cells, lines = _param_cells(rows, k)
+        headers.append(k)
+        columns.append(cells)
+        legend += lines
+    for key, header, scale, digits in SHOWN_METRICS:
+        if any(key in r for r in rows):
+            headers.append(header)
+            columns.append([_fmt(r.get(key), scale, digits) for r in rows])
+    t = Table(title=title, header_style="bold")
+    for header, cells in zip(headers, columns, strict=True):
+        t.add_column(header, justify="right", no_wrap=True,
+                     min_width=max([len(header), *(len(c) for c in cells)]))
+    for i in range(len(rows)):
+        t.add_row(*(c[i] for c in columns))
+    return t, legend
+
+
+def table_width(console_width: int, table: Table) -> int:
+    """Width to print ``table`` at: the console's, or the table's own when wider (a
+    terminal then wraps the lines; a log keeps them whole)."""
+    from rich.console import Console
+
+    natural = Console(width=10_000).measure(table).maximum
+    return max(console_width, natural)
 
 
 def register(app: typer.Typer) -> None:
@@ -115,6 +149,9 @@ def register(app: typer.Typer) -> None:
         if json_:
             sys.stdout.write(to_json(rows))
             return
-        console.print(sweep_table(rows, keys, title=f"pdsim sweep: {base.name}"))
+        table, legend = sweep_table(rows, keys, title=f"pdsim sweep: {base.name}")
+        console.print(table, width=table_width(console.width, table), crop=False)
+        for line in legend:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         console.print(f"{len(rows)} points: {len(run.computed)} simulated, "
                       f"{len(run.cached)} from the cache; wrote {out}/sweep.csv")

@@ -37,3 +37,12 @@ def test_cli_example_is_sixteen_points() -> None:
     assert len(pts) == 16 and pts[:2] == [
         {"workload.arrivals.rate_per_s": 1, "connector.prefill_backoff": "off"},
         {"workload.arrivals.rate_per_s": 1, "connector.prefill_backoff": "auto"}]
+
+
+def test_shipped_sweep_file_resolves() -> None:
+    spec = load_sweep_file(REPO / "examples" / "sweeps" / "fix_vs_alpha.yaml")
+    base = apply_base_overrides(load_config(MTP3), spec.base_overrides)
+    sweep = Sweep(base, spec.expand())
+    assert len(sweep.points) == 15  # 3 variants x 5 acceptance rates
+    assert {p.params["name"] for p in sweep.points} == {"pd_before_fix", "pd_after_fix",
+                                                        "colocated"}
