@@ -167,23 +167,32 @@ def acceptance_figure(data: Any) -> Figure:
     return fig
 
 
+def _bin_note(runs: Mapping[str, RunData]) -> str:
+    """``mean per 0.5 s bin``: what a binned series' value is."""
+    widths = {float(np.diff(r.series.edges_s)[0]) for r in runs.values()
+              if r.series is not None and len(r.series.edges_s) > 1}
+    return f"mean per {widths.pop():g} s bin" if len(widths) == 1 else "mean per time bin"
+
+
 def _stairs_by_instance(ax: Axes, runs: Mapping[str, RunData], metric: str,
-                        scale: float = 1.0) -> bool:
-    """One line per (run, instance); with several runs, colour = run, style = instance."""
+                        scale: float = 1.0, prefill_metric: str | None = None) -> bool:
+    """One line per (run, instance); with several runs, colour = run, style = instance.
+    ``prefill_metric`` replaces ``metric`` on prefill instances."""
     drawn = False
     for i, (name, run) in enumerate(runs.items()):
         if run.series is None:
             continue
         tracks = run.series.of_kind("prefill", "decode", "colocated")
         for j, track in enumerate(tracks):
-            if metric not in track.values:
+            key = prefill_metric if prefill_metric and track.kind == "prefill" else metric
+            if key not in track.values:
                 continue
             if len(runs) == 1:
                 color, style, label = _PALETTE[j % len(_PALETTE)], "-", track.name
             else:
                 color, style = _color(name, i), _LINESTYLES[j % len(_LINESTYLES)]
                 label = f"{_label(name)}: {track.name}"
-            ax.stairs(track.values[metric] * scale, run.series.edges_s, color=color,
+            ax.stairs(track.values[key] * scale, run.series.edges_s, color=color,
                       linestyle=style, label=label, baseline=None)
             drawn = True
     return drawn
@@ -213,24 +222,38 @@ def kv_usage_figure(data: Any) -> Figure:
 
 
 def queue_depth_figure(data: Any) -> Figure:
-    """Waiting requests, requests receiving KV and the running batch per instance over
-    time (time-weighted means per bin)."""
+    """Requests in the system (cluster), and per instance the waiting requests, requests
+    receiving KV and the running batch (on P: requests being prefilled) over time, each a
+    time-weighted mean per bin (so fractional)."""
     runs = as_runs(data)
-    fig = _figure(10.0, 7.5)
-    axes = fig.subplots(3, 1, sharex=True)
-    panels = (("waiting", "waiting (queued)"), ("receiving", "receiving KV"),
-              ("running", "running (batch)"))
+    fig = _figure(10.0, 9.5)
+    axes = fig.subplots(4, 1, sharex=True)
+    note = _bin_note(runs)
+    drawn = False
+    for i, (name, run) in enumerate(runs.items()):
+        cluster = run.series.tracks.get("cluster") if run.series is not None else None
+        if cluster is not None and "in_system" in cluster.values:
+            assert run.series is not None
+            axes[0].stairs(cluster.values["in_system"], run.series.edges_s, baseline=None,
+                           color=_color(name, i), label=_label(name))
+            drawn = True
+    if drawn:
+        _style_series(axes[0], f"in the system\n(cluster; {note})", legend=len(runs) > 1)
+    else:
+        _note(axes[0], "no requests-in-system series (timeseries.csv) for this run")
+    panels = (("waiting", "waiting (queued)", None), ("receiving", "receiving KV", None),
+              ("running", "running (batch;\nP: prefilling)", "prefilling"))
     any_drawn = False
-    for ax, (metric, label) in zip(axes, panels, strict=True):
-        if _stairs_by_instance(ax, runs, metric):
+    for ax, (metric, label, on_p) in zip(axes[1:], panels, strict=True):
+        if _stairs_by_instance(ax, runs, metric, prefill_metric=on_p):
             any_drawn = True
             _style_series(ax, f"{label}\nrequests", legend=False)
         else:
             _note(ax, "no time series (timeseries.csv) for this run")
     if any_drawn:
-        axes[0].legend(fontsize="small", loc="upper right")
+        axes[1].legend(fontsize="small", loc="upper right")
     axes[-1].set_xlabel("simulated time (s)")
-    fig.suptitle(f"Queue depth and running batch over time: {_title(runs)}")
+    fig.suptitle(f"Requests in the system, queues and running batch ({note}): {_title(runs)}")
     return fig
 
 
@@ -249,6 +272,10 @@ def _throughput(run: RunData) -> tuple[np.ndarray, np.ndarray] | None:
                                   req["output_tokens"], edges)
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
 def throughput_figure(data: Any) -> Figure:
     """Output tokens per second over time (dashed: the run's overall output throughput)
     and, where the run has P->D links, the KV link bandwidth in use."""
@@ -258,36 +285,50 @@ def throughput_figure(data: Any) -> Figure:
     fig = _figure(10.0, 6.5 if links else 4.0)
     axes = fig.subplots(2 if links else 1, 1, sharex=True, squeeze=False)[:, 0]
     ax = axes[0]
-    drawn = False
+    curves: list[tuple[list[str], int, np.ndarray, np.ndarray, Any]] = []
     for i, (name, run) in enumerate(runs.items()):
         tp = _throughput(run)
         if tp is None:
             continue
-        edges, tok_s = tp
-        color = _color(name, i)
-        ax.stairs(tok_s, edges, color=color, baseline=None,
-                  label=_label(name) if len(runs) > 1 else "output tokens/s")
         mean = run.summary.get("output_throughput_tok_s")
+        same = next((c for c in curves if _same(c[2], tp[0]) and _same(c[3], tp[1])
+                     and c[4] == mean), None)
+        if same is not None:  # identical runs: one curve, named for all of them
+            same[0].append(name)
+        else:
+            curves.append(([name], i, tp[0], tp[1], mean))
+    for names, i, edges, tok_s, mean in curves:
+        color, label = _color(names[0], i), " = ".join(_label(n) for n in names)
+        ax.stairs(tok_s, edges, color=color, baseline=None,
+                  label=label if len(runs) > 1 else "output tokens/s")
         if mean is not None and math.isfinite(mean):
             ax.axhline(mean, color=color, linestyle="--", linewidth=1,
-                       label=f"{_label(name) + ' ' if len(runs) > 1 else ''}"
+                       label=f"{label + ' ' if len(runs) > 1 else ''}"
                              f"overall {mean:.0f} tok/s")
-        drawn = True
-    if drawn:
+    if curves:
         _style_series(ax, "output tokens/s")
     else:
         _note(ax, "no per-request records for this run")
     if links:
         lax = axes[1]
-        for j, (name, track) in enumerate(links):
-            run = runs[name]
-            assert run.series is not None
-            lax.stairs(track.values["link_gb_per_s"], run.series.edges_s, baseline=None,
+        drawn_links: list[tuple[list[str], str, np.ndarray, np.ndarray]] = []
+        for name, track in links:
+            series = runs[name].series
+            assert series is not None
+            values = track.values["link_gb_per_s"]
+            same_link = next((d for d in drawn_links if d[1] == track.name
+                              and _same(d[2], series.edges_s) and _same(d[3], values)), None)
+            if same_link is not None:
+                same_link[0].append(name)
+            else:
+                drawn_links.append(([name], track.name, series.edges_s, values))
+        for j, (names, link, edges, values) in enumerate(drawn_links):
+            lax.stairs(values, edges, baseline=None,
                        color=_PALETTE[j % len(_PALETTE)] if len(runs) == 1
-                       else _color(name, list(runs).index(name)),
-                       label=track.name if len(runs) == 1 else
-                       f"{_label(name)}: {track.name}")
-        _style_series(lax, "KV link in use (GB/s)")
+                       else _color(names[0], list(runs).index(names[0])),
+                       label=link if len(runs) == 1 else
+                       f"{' = '.join(_label(n) for n in names)}: {link}")
+        _style_series(lax, f"KV link in use\n(GB/s, {_bin_note(runs)})")
     axes[-1].set_xlabel("simulated time (s)")
     fig.suptitle(f"Throughput over time: {_title(runs)}")
     return fig

@@ -20,6 +20,14 @@ Every series is piecewise constant in simulated time, built from facts a run rec
 - **Cluster** (``output_tok_s``): output tokens per second. Each request's first token
   counts at its first-token time and its other ``output_tokens - 1`` are spread evenly
   over ``[first_token_s, finish_s]`` (records do not say how many tokens each chunk held).
+  ``in_system``: requests in the system, from the records: a request counts from
+  ``arrival_s`` to ``finish_s`` (to the end of the run while still in flight; a failed or
+  rejected request, whose leaving time is not recorded, not at all). It includes what the
+  per-instance counts miss under P/D (requests pinned on P or in transfer, and requests
+  inside a step, which the step-end counts no longer hold), so Little's law holds on it.
+- **Prefill instances** (``prefilling``): requests being prefilled, from the records'
+  ``[p_start_s, p_end_s)``. P's ``running`` is counted at step ends, after the step's
+  prefilled requests have left the batch, so it is near 0 whatever P does.
 
 ``timeseries(res)`` averages every series over equal time bins (exact integrals, not
 samples) and returns a ``TimeSeries``; ``write_timeseries`` writes it as
@@ -53,10 +61,12 @@ DEFAULT_MAX_BINS = 500
 
 INSTANCE_METRICS = ("kv_used_blocks", "kv_usage", "running", "waiting", "receiving",
                     "batch_prefill_tokens", "batch_decode_requests", "busy")
+#: per-instance series built from the request records, not the step log
+PREFILL_RECORD_METRICS = ("prefilling",)
 LINK_METRICS = ("link_gb_per_s", "link_busy")
-CLUSTER_METRICS = ("output_tok_s",)
-TIMESERIES_FIELDS = ("time_s", "end_s", "track", "kind", *INSTANCE_METRICS, *LINK_METRICS,
-                     *CLUSTER_METRICS)
+CLUSTER_METRICS = ("output_tok_s", "in_system")
+TIMESERIES_FIELDS = ("time_s", "end_s", "track", "kind", *INSTANCE_METRICS,
+                     *PREFILL_RECORD_METRICS, *LINK_METRICS, *CLUSTER_METRICS)
 CLUSTER_TRACK = "cluster"
 
 # step_log columns (pdsim.results.InstanceFacts)
@@ -283,12 +293,46 @@ def timeseries(res: Results, bin_s: float | None = None,
     for f in res.instances:
         tracks[f.name] = Track(f.name, f.role, {
             k: s.bin_means(edges) for k, s in instance_series(f, idle).items()})
+        if f.role == "prefill":
+            tracks[f.name].values["prefilling"] = _prefilling(res.records, f.name).bin_means(
+                edges)
     for name, samples in res.links.items():
         tracks[name] = Track(name, "link", {
             k: s.bin_means(edges) for k, s in link_series(samples).items()})
     tracks[CLUSTER_TRACK] = Track(CLUSTER_TRACK, "cluster", {
-        "output_tok_s": _throughput_bins(res.records, edges)})
+        "output_tok_s": _throughput_bins(res.records, edges),
+        "in_system": in_system_series(res.records, float(edges[-1])).bin_means(edges)})
     return TimeSeries(edges, tracks)
+
+
+def count_series(starts_s: np.ndarray, ends_s: np.ndarray) -> StepSeries:
+    """How many intervals ``[starts_s[i], ends_s[i])`` hold at each time."""
+    times = np.concatenate((starts_s, ends_s))
+    delta = np.concatenate((np.ones(len(starts_s)), -np.ones(len(ends_s))))
+    order = np.argsort(times, kind="stable")
+    return StepSeries(times[order], np.cumsum(delta[order]))
+
+
+def _column(records: Iterable[Mapping[str, Any]], key: str) -> np.ndarray:
+    return np.asarray([np.nan if r[key] is None else r[key] for r in records],
+                      dtype=np.float64)
+
+
+def in_system_series(records: Sequence[Mapping[str, Any]], end_s: float) -> StepSeries:
+    """Requests in the system over time (see the module docstring)."""
+    arrival, finish = _column(records, "arrival_s"), _column(records, "finish_s")
+    status = np.asarray([r["status"] for r in records], dtype=object)
+    gone = (status == "failed") | (status == "rejected")
+    finish = np.where(np.isfinite(finish), finish, end_s)
+    keep = np.isfinite(arrival) & ~gone
+    return count_series(arrival[keep], np.maximum(finish[keep], arrival[keep]))
+
+
+def _prefilling(records: Sequence[Mapping[str, Any]], instance: str) -> StepSeries:
+    mine = [r for r in records if r["prefill_instance"] == instance]
+    start, end = _column(mine, "p_start_s"), _column(mine, "p_end_s")
+    keep = np.isfinite(start) & np.isfinite(end)
+    return count_series(start[keep], end[keep])
 
 
 def _throughput_bins(records: Iterable[Mapping[str, Any]], edges: np.ndarray) -> np.ndarray:

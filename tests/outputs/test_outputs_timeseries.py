@@ -122,8 +122,15 @@ def test_bins() -> None:
 
 
 def small_results(cfg: SimConfig) -> Results:
-    recs = [{"first_token_s": 0.1, "finish_s": 0.5, "output_tokens": 5},
-            {"first_token_s": 0.7, "finish_s": None, "output_tokens": 1}]
+    recs = [{"first_token_s": 0.1, "finish_s": 0.5, "output_tokens": 5, "arrival_s": 0.0,
+             "status": "finished", "prefill_instance": "P0", "p_start_s": 0.0,
+             "p_end_s": 0.25},
+            {"first_token_s": 0.7, "finish_s": None, "output_tokens": 1, "arrival_s": 0.6,
+             "status": "in_flight", "prefill_instance": "P0", "p_start_s": 0.6,
+             "p_end_s": 0.7},
+            {"first_token_s": None, "finish_s": None, "output_tokens": 0, "arrival_s": 0.1,
+             "status": "failed", "prefill_instance": None, "p_start_s": None,
+             "p_end_s": None}]
     return Results(cfg, recs, [facts("P0", "prefill", STEPS[:1]), facts()], {},
                    {"P0->D0": [(0.2, 7e9), (0.45, 0.0)]})
 
@@ -139,6 +146,10 @@ def test_timeseries_table_by_hand(mtp3_cfg: SimConfig, tmp_path: Path) -> None:
     assert ts.tracks["D0"].values["kv_used_blocks"].tolist() == pytest.approx([8.0, 4.0])
     assert ts.tracks["P0->D0"].values["link_gb_per_s"].tolist() == pytest.approx([3.5, 0.0])
     assert ts.tracks["cluster"].values["output_tok_s"].tolist() == pytest.approx([10.0, 2.0])
+    # in the system: [0, 0.5) finished, [0.6, 1.0) in flight to the end; failed: left out
+    assert ts.tracks["cluster"].values["in_system"].tolist() == pytest.approx([1.0, 0.8])
+    assert ts.tracks["P0"].values["prefilling"].tolist() == pytest.approx([0.5, 0.2])
+    assert "prefilling" not in ts.tracks["D0"].values
     rows = ts.rows()
     assert len(rows) == 8 and set(rows[0]) == set(TIMESERIES_FIELDS)
     assert rows[0]["link_gb_per_s"] is None and rows[4]["kv_usage"] is None
@@ -176,6 +187,8 @@ def test_binned_series_conserve_totals(mtp3_res: Results) -> None:
         if track.kind == "cluster":
             continue
         for k, v in track.values.items():
+            if k == "prefilling":  # from the records, not the step log
+                continue
             assert (v * width).sum() / h == pytest.approx(means[name][k], rel=1e-9, abs=1e-12)
     usage = np.concatenate([t.values["kv_usage"] for t in ts.of_kind("prefill", "decode")])
     assert usage.min() >= 0 and usage.max() <= 1
