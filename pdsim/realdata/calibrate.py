@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from pdsim.errors import ConfigError
+from pdsim.errors import ConfigError, PdsimError
 from pdsim.loader import config_from_dict
 from pdsim.realdata.bench_result import BenchResult
 from pdsim.realdata.calibration_params import (
@@ -238,6 +238,16 @@ class _Objective:
         return jac
 
 
+def require_scipy() -> None:
+    """The optimisers are scipy's, an optional dependency (the ``calibrate`` extra);
+    ``PdsimError`` naming the extra when it is not installed."""
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        raise PdsimError("calibrate needs scipy, which the core install leaves out: "
+                         "pip install 'pdsim[calibrate]'") from None
+
+
 def _optimise(obj: _Objective, lower: np.ndarray, upper: np.ndarray, method: Method,
               diff_step: float, simplex_step: float) -> str:
     from scipy.optimize import least_squares, minimize
@@ -312,6 +322,7 @@ def calibrate(
         raise ValueError("calibrate needs at least one result")
     if max_evals < 1:
         raise ValueError(f"max_evals must be >= 1, got {max_evals}")
+    require_scipy()
     if seed is not None:
         cfg = cfg.model_copy(update={"seed": seed})
         if standalone_config is not None:
