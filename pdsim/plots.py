@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pdsim.errors import InputFileError, PdsimError
@@ -30,8 +29,17 @@ from pdsim.plot_data import (
     read_run_dir,
     run_data,
 )
+from pdsim.plot_style import LINESTYLES as _LINESTYLES
+from pdsim.plot_style import PALETTE as _PALETTE
+from pdsim.plot_style import bin_note as _bin_note
+from pdsim.plot_style import color as _color
+from pdsim.plot_style import figure as _figure
+from pdsim.plot_style import label as _label
+from pdsim.plot_style import note as _note
+from pdsim.plot_style import style_series as _style_series
+from pdsim.plot_style import title as _title
 from pdsim.sweep_figures import is_sweep_dir, write_sweep_plots
-from pdsim.timeseries import bin_edges, throughput_bins
+from pdsim.timeseries import bin_edges, output_tokens_integral, throughput_bins
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -46,13 +54,6 @@ RUN_PLOTS = ("latency_cdf.png", "acceptance_per_position.png", "kv_usage.png",
 COMPARE_PLOTS = ("compare_acceptance_per_position.png", "compare_metrics.png",
                  "compare_latency_cdf.png", "compare_throughput.png")
 
-VARIANT_LABELS = {"pd_before_fix": "P/D before fix", "pd_after_fix": "P/D after fix",
-                  "colocated": "colocated"}
-_VARIANT_COLORS = {"pd_before_fix": "tab:red", "pd_after_fix": "tab:blue",
-                   "colocated": "tab:gray"}
-_PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
-            "tab:olive", "tab:cyan", "tab:red", "tab:gray")
-_LINESTYLES = ("-", "--", ":", "-.")
 # comparison metrics: (summary key, label, display scale, unit, higher is better)
 _CHANGE_METRICS = (
     ("acceptance_length", "acceptance length", 1.0, "", True),
@@ -65,32 +66,6 @@ _CHANGE_METRICS = (
     ("mean_e2e_s", "mean E2E", 1.0, " s", False),
 )
 _DPI = 120
-
-
-def _label(name: str) -> str:
-    return VARIANT_LABELS.get(name, name)
-
-
-def _color(name: str, i: int) -> str:
-    return _VARIANT_COLORS.get(name, _PALETTE[i % len(_PALETTE)])
-
-
-def _figure(width_in: float, height_in: float) -> Figure:
-    fig = Figure(figsize=(width_in, height_in), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _note(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes,
-            color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _title(runs: Mapping[str, RunData]) -> str:
-    names = {r.summary.get("name") or r.name for r in runs.values()}
-    return next(iter(names)) if len(runs) == 1 else ", ".join(_label(n) for n in runs)
 
 
 # ------------------------------------------------------------------------- figures
@@ -167,13 +142,6 @@ def acceptance_figure(data: Any) -> Figure:
     return fig
 
 
-def _bin_note(runs: Mapping[str, RunData]) -> str:
-    """``mean per 0.5 s bin``: what a binned series' value is."""
-    widths = {float(np.diff(r.series.edges_s)[0]) for r in runs.values()
-              if r.series is not None and len(r.series.edges_s) > 1}
-    return f"mean per {widths.pop():g} s bin" if len(widths) == 1 else "mean per time bin"
-
-
 def _stairs_by_instance(ax: Axes, runs: Mapping[str, RunData], metric: str,
                         scale: float = 1.0, prefill_metric: str | None = None) -> bool:
     """One line per (run, instance); with several runs, colour = run, style = instance.
@@ -196,15 +164,6 @@ def _stairs_by_instance(ax: Axes, runs: Mapping[str, RunData], metric: str,
                       linestyle=style, label=label, baseline=None)
             drawn = True
     return drawn
-
-
-def _style_series(ax: Any, ylabel: str, legend: bool = True) -> None:
-    """The look of a quantity-over-time panel: label, zero baseline, grid, legend."""
-    ax.set_ylabel(ylabel)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    if legend:
-        ax.legend(fontsize="small", loc="upper right")
 
 
 def kv_usage_figure(data: Any) -> Figure:
@@ -276,15 +235,44 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and bool(np.array_equal(a, b))
 
 
+def _tokens_ahead(runs: Mapping[str, RunData]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Output tokens P/D after the fix has emitted minus before it, by each bin edge (from
+    the request records, exact); None unless both variants have records."""
+    if not {"pd_before_fix", "pd_after_fix"} <= set(runs):
+        return None
+    reqs = [r for v in ("pd_before_fix", "pd_after_fix")
+            if (r := runs[v].requests) is not None]
+    if len(reqs) < 2:
+        return None
+    ends = np.concatenate([np.concatenate((r["finish_s"], r["first_token_s"])) for r in reqs])
+    ends = ends[np.isfinite(ends)]
+    if not len(ends):
+        return None
+    edges = bin_edges(float(ends.max()))
+    before, after = (output_tokens_integral(r["first_token_s"], r["finish_s"],
+                                            r["output_tokens"], edges) for r in reqs)
+    return edges, (after - before)[1:]
+
+
 def throughput_figure(data: Any) -> Figure:
-    """Output tokens per second over time (dashed: the run's overall output throughput)
-    and, where the run has P->D links, the KV link bandwidth in use."""
+    """Output tokens per second over time (dashed: the run's overall output throughput);
+    for P/D before and after the fix, how many output tokens after is ahead of before
+    (their throughput curves mostly overlap); where the runs have P->D links, the KV link
+    bandwidth in use."""
     runs = as_runs(data)
     links = [(name, t) for name, r in runs.items() if r.series is not None
              for t in r.series.of_kind("link")]
-    fig = _figure(10.0, 6.5 if links else 4.0)
-    axes = fig.subplots(2 if links else 1, 1, sharex=True, squeeze=False)[:, 0]
+    ahead = _tokens_ahead(runs)
+    rows = 1 + (ahead is not None) + bool(links)
+    fig = _figure(10.0, 4.0 + 2.5 * (rows - 1))
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
     ax = axes[0]
+    if ahead is not None:
+        edges, diff = ahead
+        axes[1].stairs(diff, edges, baseline=None, color="tab:blue")
+        axes[1].axhline(0.0, color="0.4", linewidth=0.8)
+        axes[1].set_ylabel("output tokens:\nafter - before fix")
+        axes[1].grid(alpha=0.3)
     curves: list[tuple[list[str], int, np.ndarray, np.ndarray, Any]] = []
     for i, (name, run) in enumerate(runs.items()):
         tp = _throughput(run)
@@ -310,7 +298,7 @@ def throughput_figure(data: Any) -> Figure:
     else:
         _note(ax, "no per-request records for this run")
     if links:
-        lax = axes[1]
+        lax = axes[-1]
         drawn_links: list[tuple[list[str], str, np.ndarray, np.ndarray]] = []
         for name, track in links:
             series = runs[name].series

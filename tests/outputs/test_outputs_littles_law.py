@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pdsim.compare import Comparison
 from pdsim.plot_data import run_data
 from pdsim.plots import queue_depth_figure, throughput_figure
 from pdsim.results import Results
@@ -57,4 +58,16 @@ def test_plots_label_bin_means_and_merge_identical_curves(mtp3_res: Results) -> 
     texts = [t.get_text() for t in legend.get_texts()]
     assert texts[0] == "P/D before fix = P/D after fix"
     assert len(fig.axes[0].patches) == 1  # one stairs curve, not two on top of each other
-    assert "mean per" in fig.axes[1].get_ylabel() and "GB/s" in fig.axes[1].get_ylabel()
+    assert "mean per" in fig.axes[-1].get_ylabel() and "GB/s" in fig.axes[-1].get_ylabel()
+
+
+def test_comparison_throughput_shows_tokens_after_minus_before(mtp3_cmp: Comparison) -> None:
+    fig = throughput_figure(mtp3_cmp)
+    assert len(fig.axes) == 3
+    ahead = fig.axes[1]
+    assert "after - before" in ahead.get_ylabel()
+    values = ahead.patches[0].get_data().values
+    before, after = (mtp3_cmp.variants[v].summary for v in ("pd_before_fix", "pd_after_fix"))
+    assert values[-1] == pytest.approx(after.total_output_tokens - before.total_output_tokens,
+                                       abs=1e-6)
+    assert float(np.abs(values).max()) > 0  # the curves above overlap; this panel does not
