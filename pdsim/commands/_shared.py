@@ -110,8 +110,13 @@ class LogProgress:
     def update(self, done: int, total: int) -> None:
         now = self._clock()
         finished = total > 0 and done >= total
-        if finished and (self._finished or self._last is None):
-            return  # done within the first interval (no lines) or already said
+        if finished and self._last is None and not self._finished:
+            self._finished = True  # done within the first interval: a debug line only
+            _log.debug("%s: %d/%d done in %s", self.label, done, total,
+                       _fmt_s(now - self._start))
+            return
+        if finished and self._finished:
+            return
         due = now - (self._start if self._last is None else self._last) >= self.interval_s
         if not (due or finished):
             return
@@ -155,6 +160,12 @@ def simulation_progress() -> tuple[AbstractContextManager[Any], Callable[[int, i
 
 def load(config: Path, overrides: list[str] | None, seed: int | None = None) -> SimConfig:
     """``load_config`` with the CLI's ``--set`` overrides and ``--seed``."""
-    from pdsim.loader import load_config
+    from pdsim.loader import derived_values, load_config
 
-    return load_config(config, overrides or [], seed=seed)
+    cfg = load_config(config, overrides or [], seed=seed)
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("config %s: name %s, seed %d, %d override(s)", config, cfg.name, cfg.seed,
+                   len(overrides or []))
+        for key, value in derived_values(cfg).items():
+            _log.debug("derived %s: %s", key, value)
+    return cfg

@@ -84,3 +84,15 @@ def test_run_piped_to_a_log_writes_progress_lines(monkeypatch: pytest.MonkeyPatc
     quiet = CliRunner().invoke(app, ["-q", *args])
     assert quiet.exit_code == 0
     assert "simulating" not in quiet.stderr
+
+
+def test_verbose_adds_debug_lines_and_default_has_none() -> None:
+    args = ["run", str(ROOT / "configs" / "mtp3.yaml"), "--set", "workload.num_requests=20"]
+    loud = CliRunner().invoke(app, ["-v", *args])
+    assert loud.exit_code == 0, loud.output
+    debug = [ln for ln in loud.stderr.splitlines() if " DEBUG pdsim: " in ln]
+    assert any("config " in ln and "seed 0" in ln for ln in debug)
+    assert any("simulating (requests): 20/20 done in" in ln for ln in debug)
+    plain = CliRunner().invoke(app, args)
+    assert plain.exit_code == 0
+    assert "DEBUG" not in plain.stderr
