@@ -44,7 +44,8 @@ def _root(
         "--version", callback=_print_version, is_eager=True,
         help="Print pdsim's version and exit.")] = False,
     verbose: Annotated[int, typer.Option(
-        "--verbose", "-v", count=True, help="Log more (debug lines) to stderr.")] = 0,
+        "--verbose", "-v", count=True, show_default=False,
+        help="Log more (debug lines) to stderr.")] = 0,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="Log only warnings and errors (no progress lines).")] = False,
 ) -> None:
