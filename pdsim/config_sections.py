@@ -109,7 +109,7 @@ class PerPositionAcceptance(StrictModel):
     """vLLM's per-position rates: ``rates[i]`` = P(the first i+1 drafts are accepted)."""
 
     kind: Literal["per_position"] = "per_position"
-    """Selects this variant."""
+    """Selects this variant: vLLM's per-position rates."""
     rates: tuple[Probability, ...]
     """rates[i] = P(the first i+1 drafts are all accepted), non-increasing (vLLM's per-position
     metric)."""
@@ -132,7 +132,7 @@ class ConditionalAcceptance(StrictModel):
     """``rates[i]`` = P(draft i accepted | drafts 0..i-1 accepted)."""
 
     kind: Literal["conditional"] = "conditional"
-    """Selects this variant."""
+    """Selects this variant: `rates[i]` = P(draft i accepted | drafts 0..i-1 accepted)."""
     rates: tuple[Probability, ...]
     """rates[i] = P(draft i accepted | drafts 0..i-1 accepted)."""
 
@@ -144,7 +144,8 @@ class ConstantAcceptance(StrictModel):
     """Every draft is accepted with probability ``rate`` given its predecessors were."""
 
     kind: Literal["constant"] = "constant"
-    """Selects this variant."""
+    """Selects this variant: Every draft is accepted with probability `rate` given its
+    predecessors were."""
     rate: Probability
     """Probability each draft is accepted given its predecessors were."""
 

@@ -69,7 +69,8 @@ class AttentionMixer(StrictModel):
     """
 
     kind: Literal["attention"] = "attention"
-    """Selects this variant."""
+    """Selects this variant: Multi-head / grouped-query attention (sliding-window when
+    `sliding_window_tokens`)."""
     num_heads: PositiveInt
     """Query heads."""
     num_kv_heads: PositiveInt
@@ -99,7 +100,7 @@ class MLAMixer(StrictModel):
     """
 
     kind: Literal["mla"] = "mla"
-    """Selects this variant."""
+    """Selects this variant: DeepSeek multi-head latent attention."""
     num_heads: PositiveInt
     """Attention heads."""
     q_lora_rank: PositiveInt | None = None
@@ -118,7 +119,7 @@ class Mamba2Mixer(StrictModel):
     """A Mamba-2 (SSD) layer: a recurrent state per request instead of a per-token KV."""
 
     kind: Literal["mamba2"] = "mamba2"
-    """Selects this variant."""
+    """Selects this variant: A Mamba-2 (SSD) layer."""
     num_heads: PositiveInt
     """SSM heads."""
     head_dim: PositiveInt
@@ -135,7 +136,7 @@ class GatedDeltaNetMixer(StrictModel):
     """Gated DeltaNet linear attention (Qwen3-Next): a d_k x d_v state per value head."""
 
     kind: Literal["gated_deltanet"] = "gated_deltanet"
-    """Selects this variant."""
+    """Selects this variant: Gated DeltaNet linear attention (Qwen3-Next)."""
     num_key_heads: PositiveInt
     """Key heads."""
     num_value_heads: PositiveInt
@@ -152,7 +153,8 @@ class NoMixer(StrictModel):
     """A layer without a token mixer (an FFN-only layer of a hybrid stack)."""
 
     kind: Literal["none"] = "none"
-    """Selects this variant."""
+    """Selects this variant: A layer without a token mixer (an FFN-only layer of a hybrid
+    stack)."""
 
 
 Mixer = Annotated[
@@ -168,7 +170,7 @@ class DenseFFN(StrictModel):
     """A dense MLP: gated (SwiGLU, 3 matrices) or not (2 matrices, e.g. squared ReLU)."""
 
     kind: Literal["dense"] = "dense"
-    """Selects this variant."""
+    """Selects this variant: A dense MLP."""
     intermediate_size: PositiveInt
     """MLP hidden width."""
     gated: bool = True
@@ -179,7 +181,8 @@ class MoEFFN(StrictModel):
     """Routed experts (``top_k`` of ``num_experts`` per token) plus always-on shared ones."""
 
     kind: Literal["moe"] = "moe"
-    """Selects this variant."""
+    """Selects this variant: Routed experts (`top_k` of `num_experts` per token) plus always-on
+    shared ones."""
     num_experts: PositiveInt
     """Routed experts."""
     top_k: PositiveInt
@@ -204,7 +207,8 @@ class NoFFN(StrictModel):
     """A layer without a feed-forward part (a mixer-only layer of a hybrid stack)."""
 
     kind: Literal["none"] = "none"
-    """Selects this variant."""
+    """Selects this variant: A layer without a feed-forward part (a mixer-only layer of a hybrid
+    stack)."""
 
 
 FFN = Annotated[DenseFFN | MoEFFN | NoFFN, Field(discriminator="kind")]

@@ -40,7 +40,8 @@ class SimpleStepTimeConfig(StrictModel):
     """
 
     kind: Literal["simple"] = "simple"
-    """Selects this variant."""
+    """Selects this variant: A linear, memory-floor model good enough to run without hardware
+    profiles."""
     overhead_s: Annotated[float, Field(ge=0)] = 0.003
     """Fixed time per step, in seconds."""
     weights_floor_s: Annotated[float, Field(ge=0)] = 0.012
@@ -131,7 +132,8 @@ class RooflineStepTimeConfig(StrictModel):
     """
 
     kind: Literal["roofline"] = "roofline"
-    """Selects this variant."""
+    """Selects this variant: Step time from a model profile and a hardware profile (a roofline
+    per operator group)."""
     model: str | ModelArchitecture
     """A shipped model profile name or an inline architecture; defaults to model.profile."""
     hardware: str | HardwareSpec
@@ -301,7 +303,7 @@ class MeasuredStepTimeConfig(StrictModel):
     """
 
     kind: Literal["measured"] = "measured"
-    """Selects this variant."""
+    """Selects this variant: step times interpolated from a CSV of measurements."""
     csv_path: str
     """CSV of measured step times (format: docs/step-time.md); relative to the working
     directory."""

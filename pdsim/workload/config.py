@@ -26,7 +26,7 @@ class PoissonArrivals(StrictModel):
     """Open-loop Poisson arrivals: exponential gaps with mean ``1 / rate_per_s`` seconds."""
 
     kind: Literal["poisson"] = "poisson"
-    """Selects this variant."""
+    """Selects this variant: Open-loop Poisson arrivals."""
     rate_per_s: PositiveFloat
     """Mean arrival rate, requests per second."""
 
@@ -45,7 +45,7 @@ class GammaArrivals(StrictModel):
     """
 
     kind: Literal["gamma"] = "gamma"
-    """Selects this variant."""
+    """Selects this variant: Open-loop renewal arrivals with gamma gaps."""
     rate_per_s: PositiveFloat
     """Mean arrival rate, requests per second."""
     cv: PositiveFloat | None = None
@@ -78,7 +78,8 @@ class ConstantArrivals(StrictModel):
     """Deterministic arrivals every ``1 / rate_per_s`` seconds (the first at one gap)."""
 
     kind: Literal["constant"] = "constant"
-    """Selects this variant."""
+    """Selects this variant: Deterministic arrivals every `1 / rate_per_s` seconds (the first at
+    one gap)."""
     rate_per_s: PositiveFloat
     """Arrivals per second, evenly spaced."""
 
@@ -95,7 +96,8 @@ class ClosedLoopArrivals(StrictModel):
     """
 
     kind: Literal["closed_loop"] = "closed_loop"
-    """Selects this variant."""
+    """Selects this variant: A closed loop of `concurrency` clients (`vllm bench serve
+    --max-concurrency`)."""
     concurrency: PositiveInt
     """Clients, each sending its next request when the last finishes (vLLM --max-concurrency)."""
 
@@ -112,7 +114,7 @@ class FixedLength(StrictModel):
     """Every request has exactly ``tokens`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
-    """Selects this variant."""
+    """Selects this variant: Every request has exactly `tokens` tokens."""
     tokens: PositiveInt
     """Tokens of every request."""
 
@@ -130,7 +132,7 @@ class UniformLength(StrictModel):
     """
 
     kind: Literal["uniform"] = "uniform"
-    """Selects this variant."""
+    """Selects this variant: uniform lengths, as vLLM's random dataset draws them."""
     mean_tokens: PositiveInt
     """Mean tokens (vLLM random dataset's input/output length)."""
     range_ratio: Annotated[float, Field(ge=0, lt=1)]
@@ -158,7 +160,7 @@ class _SpreadLength(StrictModel):
     """
 
     kind: Literal["normal", "lognormal"]
-    """Selects this variant."""
+    """Selects this variant: Mean and spread in tokens."""
     mean_tokens: PositiveFloat
     """Mean tokens."""
     std_tokens: PositiveFloat | None = None
@@ -196,7 +198,8 @@ class NormalLength(_SpreadLength):
     """Normal with ``mean_tokens`` and ``std_tokens`` (or ``cv``), rounded and clipped."""
 
     kind: Literal["normal"] = "normal"
-    """Selects this variant."""
+    """Selects this variant: Normal with `mean_tokens` and `std_tokens` (or `cv`), rounded and
+    clipped."""
 
 
 class LognormalLength(_SpreadLength):
@@ -206,7 +209,8 @@ class LognormalLength(_SpreadLength):
     """
 
     kind: Literal["lognormal"] = "lognormal"
-    """Selects this variant."""
+    """Selects this variant: Lognormal whose own mean and std are `mean_tokens` and `std_tokens`
+    (or `cv`)."""
 
     @property
     def log_sigma(self) -> float:
@@ -227,7 +231,7 @@ class EmpiricalLength(StrictModel):
     """
 
     kind: Literal["empirical"] = "empirical"
-    """Selects this variant."""
+    """Selects this variant: A histogram."""
     values: tuple[PositiveInt, ...] | None = None
     """Token counts drawn with the weights (or give bin_edges)."""
     bin_edges: tuple[PositiveInt, ...] | None = None
@@ -290,7 +294,7 @@ class _TraceBase(StrictModel):
     """
 
     kind: Literal["mooncake", "azure"]
-    """Selects this variant."""
+    """Selects this variant: Replay of a recorded trace."""
     path: Annotated[str, Field(min_length=1)]
     """Trace file, relative to the working directory, or pkg:<path> for pdsim's shipped data."""
     time_scale: PositiveFloat | None = None
@@ -321,7 +325,7 @@ class MooncakeTrace(_TraceBase):
     """
 
     kind: Literal["mooncake"] = "mooncake"
-    """Selects this variant."""
+    """Selects this variant: Mooncake JSONL."""
     hash_block_tokens: PositiveInt = 512
     """Tokens per hash_ids block (512 in Mooncake traces)."""
 
@@ -331,7 +335,7 @@ class AzureTrace(_TraceBase):
     ``GeneratedTokens``."""
 
     kind: Literal["azure"] = "azure"
-    """Selects this variant."""
+    """Selects this variant: Azure LLM inference CSV."""
 
 
 Trace = Annotated[MooncakeTrace | AzureTrace, Field(discriminator="kind")]
