@@ -1,5 +1,5 @@
-"""``pdsim plot RESULT_DIR``: PNG plots of what ``pdsim run --out`` or ``pdsim compare
---out`` wrote."""
+"""``pdsim plot RESULT_DIR``: PNG plots of what ``pdsim run --out``, ``pdsim compare
+--out`` or ``pdsim sweep --out`` wrote."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def plot(
         result_dir: Annotated[Path, typer.Argument(
-            help="A folder written by pdsim run --out or pdsim compare --out.")],
+            help="A folder written by pdsim run --out, compare --out or sweep --out.")],
         out: Annotated[Path | None, typer.Option(
             help="Write the PNG files here instead of RESULT_DIR.")] = None,
     ) -> None:
         """Plot a result folder: latency CDFs, per-position acceptance, KV usage, queue
-        depth and throughput over time (before/after bars for a comparison)."""
+        depth and throughput over time (before/after bars for a comparison; sweep.png,
+        each metric against the swept parameter, for a sweep)."""
         from pdsim.plots import plot_result_dir
 
         files = plot_result_dir(result_dir, out)
