@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from pdsim._model import StrictModel
 
@@ -13,6 +15,9 @@ class EngineConfig(StrictModel):
     ``decode_runs``: ``auto`` follows stretches of pure-decode steps as vectorized decode
     runs wherever they may be taken; ``off`` takes every decode step as its own event
     (slower; the reference the runs are tested against).
+    ``decode_run_join_room``: columns a decode run first allocates for rows that join it
+    (doubled when short): a memory/speed trade, never a change in results.
     """
 
     decode_runs: Literal["auto", "off"] = "auto"
+    decode_run_join_room: Annotated[int, Field(ge=1)] = 32

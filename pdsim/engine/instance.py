@@ -108,6 +108,7 @@ class Instance:
         self._run_over: simpy.Event | None = None
         self.max_run_steps = 128
         self.decode_runs = cfg.engine.decode_runs == "auto"
+        self.join_room = cfg.engine.decode_run_join_room
         # look-aheads of requests entering decode fresh, built for blocks of requests
         self.fresh_rows = FreshRows(
             self.sampler, self.layout, self.n_spec, self.multi_module,
