@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from pdsim._model import StrictModel
 
@@ -13,8 +15,13 @@ class EngineConfig(StrictModel):
     ``decode_runs``: ``auto`` follows stretches of pure-decode steps as vectorized decode
     runs wherever they may be taken; ``off`` takes every decode step as its own event
     (slower; the reference the runs are tested against).
+    ``decode_run_join_room``: columns a decode run first allocates for rows that join it
+    (doubled when short): a memory/speed trade, never a change in results.
     """
 
     decode_runs: Literal["auto", "off"] = "auto"
     """auto: follow stretches of pure-decode steps as vectorized runs; off: one event per step
     (same results, slower)."""
+    decode_run_join_room: Annotated[int, Field(ge=1)] = 32
+    """Columns a decode run first allocates for rows that join it (doubled when short): a
+    memory/speed trade, never a change in results."""

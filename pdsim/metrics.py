@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pdsim.facts import InstanceFacts
 from pdsim.summary import (
     PERCENTILES,
     InstanceSummary,
@@ -31,21 +31,6 @@ if TYPE_CHECKING:
     from pdsim.config import SimConfig
 
 NAN = math.nan
-
-
-@dataclass
-class InstanceFacts:
-    """What one instance did: its step end times and per-step log."""
-
-    name: str
-    role: str
-    num_blocks: int
-    step_end_s: np.ndarray
-    # columns: start_s, end_s, prefill_tokens, decode_requests, kv_used_blocks, running,
-    # waiting, receiving
-    step_log: np.ndarray
-    busy_s: float
-    preemptions: int
 
 
 def chunk_times(instances: list[InstanceFacts], segments: list[list[int]]) -> np.ndarray:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from pdsim.engine.request import Status
-from pdsim.metrics import InstanceFacts, chunk_times, summarize
+from pdsim.facts import InstanceFacts
+from pdsim.metrics import chunk_times, summarize
 from pdsim.summary import (
     RunSummary,
 )
@@ -141,10 +142,7 @@ class Results:
 def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
     """Collect the facts of a finished (or interrupted) simulation from its requests and
     its instances' ``snapshots`` (read only)."""
-    inst_facts = [InstanceFacts(
-        name=snap.name, role=snap.role, num_blocks=snap.num_blocks,
-        step_end_s=snap.step_end_s, step_log=snap.step_log, busy_s=snap.busy_s,
-        preemptions=snap.preemptions) for snap in snapshots]
+    inst_facts = [snap.facts for snap in snapshots]
     segments: dict[int, list[list[int]]] = {}
     reqs = sim.requests
     n = len(reqs)
@@ -165,7 +163,7 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
         segments[r.id] = list(r.segments)
         if r.id in live:
             snap, row = live[r.id]
-            last = len(snap.step_end_s) - 1
+            last = len(snap.facts.step_end_s) - 1
             if last >= row.segment_first_step:
                 segments[r.id].append([snap.index, row.segment_first_step, last])
     finished = np.fromiter((r.status is Status.FINISHED for r in reqs), dtype=bool, count=n)

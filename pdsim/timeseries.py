@@ -52,7 +52,7 @@ from pdsim.output import write_atomic
 if TYPE_CHECKING:
     import pandas as pd
 
-    from pdsim.metrics import InstanceFacts
+    from pdsim.facts import InstanceFacts
     from pdsim.results import Results
 
 #: Bins a run is cut into by default (at most); the bin width is rounded up to 1, 2 or 5

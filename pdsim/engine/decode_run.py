@@ -61,8 +61,6 @@ class DecodeRun:
     bound).
     """
 
-    join_room = 32  # columns first allocated for rows that join; doubled when short
-
     def __init__(self, inst: Instance, steps: int, max_steps: int, ahead: Ahead) -> None:
         self.inst = inst
         count = inst.rows.count
@@ -83,7 +81,8 @@ class DecodeRun:
         self.ends_rel = np.zeros(window, dtype=np.float64)
         self.ends = np.zeros(0)  # absolute end times of steps 0..num_steps-1
         # per column, with room for rows that join (grown on demand)
-        cap = min(inst.rows.capacity, count + self.join_room)
+        cap = min(inst.rows.capacity, count + inst.join_room)
+        self.columns_grown = 0  # times the columns were doubled for joining rows
         self.num_cols = count
         accepted, finish_step = ahead.accepted, ahead.finish_step
         self.accepted = widen(accepted, cap) if accepted is not None else None
@@ -313,6 +312,7 @@ class DecodeRun:
         return self.num_steps > first
 
     def _grow_columns(self) -> None:
+        self.columns_grown += 1
         cols = min(self.inst.rows.capacity, 2 * self.emitted_by_step.shape[1])
         if self.accepted is not None:
             self.accepted = widen(self.accepted, cols)

@@ -27,6 +27,7 @@ from pdsim.engine.request import Phase, Request
 from pdsim.engine.run_plan import plan_decode_run
 from pdsim.engine.scheduler import Scheduler, StepPlan
 from pdsim.engine.snapshot import InstanceSnapshot
+from pdsim.facts import InstanceFacts
 from pdsim.perf.build import build_step_time_model
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class Instance:
         self._run_over: simpy.Event | None = None
         self.max_run_steps = 128
         self.decode_runs = cfg.engine.decode_runs == "auto"
+        self.join_room = cfg.engine.decode_run_join_room
         # look-aheads of requests entering decode fresh, built for blocks of requests
         self.fresh_rows = FreshRows(
             self.sampler, self.layout, self.n_spec, self.multi_module,
@@ -311,12 +313,13 @@ class Instance:
             req = rows.request_of_row[s]
             if req is not None:
                 live[req.id] = rows.snapshot(s)
-        return InstanceSnapshot(
-            self.index, self.name, self.role.value, self.pool.num_blocks,
+        facts = InstanceFacts(
+            self.name, self.role.value, self.pool.num_blocks,
             np.frombuffer(self.step_end_s, dtype=np.float64).copy(),
             np.frombuffer(self.step_log, dtype=np.float64).reshape(-1, 8).copy(),
-            self.busy_s, self.scheduler.preemptions, self.kv.prefix_hit_tokens,
-            self.kv.prefix_query_tokens, live)
+            self.busy_s, self.scheduler.preemptions)
+        return InstanceSnapshot(self.index, facts, self.kv.prefix_hit_tokens,
+                                self.kv.prefix_query_tokens, live)
 
     # --------------------------------------------------------------- complete
 

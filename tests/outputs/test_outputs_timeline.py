@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pdsim
-from pdsim.metrics import InstanceFacts
+from pdsim.facts import InstanceFacts
 from pdsim.results import Results
 from pdsim.timeline import DEFAULT_MAX_STEPS, timeline_document, write_timeline
 

@@ -10,7 +10,7 @@ import pytest
 
 from pdsim.config import SimConfig
 from pdsim.errors import InputFileError
-from pdsim.metrics import InstanceFacts
+from pdsim.facts import InstanceFacts
 from pdsim.results import Results
 from pdsim.timeseries import (
     TIMESERIES_FIELDS,

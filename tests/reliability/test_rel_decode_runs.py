@@ -47,10 +47,10 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def assert_same_records(cfg: SimConfig, monkeypatch: pytest.MonkeyPatch) -> int:
+def assert_same_records(cfg: SimConfig, runs: list[Any] | None = None) -> int:
     """Run ``cfg`` with and without decode runs; the number of decode steps that ran
-    inside runs (so a case can show it exercised them)."""
-    runs: list[Any] = []
+    inside runs (so a case can show it exercised them). ``runs`` collects the runs."""
+    runs = [] if runs is None else runs
     assert cfg.engine.decode_runs == "auto"
     sim = Simulation(cfg)
     sim.hooks.run_planned.append(lambda inst, run: runs.append(run))
@@ -73,48 +73,38 @@ def assert_same_records(cfg: SimConfig, monkeypatch: pytest.MonkeyPatch) -> int:
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_shipped_configs_run_the_same_without_decode_runs(
-        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        name: str) -> None:
     path = ROOT / "configs" / name
     raw = load_config(path)
     cap = ("workload.trace.max_requests=60" if raw.workload.trace is not None
            else "workload.num_requests=120")
     cfg = load_config(path, [cap])
-    steps_in_runs = assert_same_records(cfg, monkeypatch)
+    steps_in_runs = assert_same_records(cfg)
     if raw.speculative.num_speculative_tokens or raw.cluster.mode == "colocated":
         assert steps_in_runs > 0
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_reliability_cases_run_the_same_without_decode_runs(
-        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_records(small_cfg(CASES[name]), monkeypatch)
+        name: str) -> None:
+    assert_same_records(small_cfg(CASES[name]))
 
 
 @settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=random_configs())
 def test_random_small_configs_run_the_same_without_decode_runs(
-        data: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_records(load_config(data), monkeypatch)
+        data: dict[str, Any]) -> None:
+    assert_same_records(load_config(data))
 
 
-def test_runs_that_outgrow_their_join_room_run_the_same(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runs_that_outgrow_their_join_room_run_the_same() -> None:
     """Rows joining a run beyond the columns it first allocated (they are grown)."""
-    from pdsim.engine.decode_run import DecodeRun
-
-    grown: list[int] = []
-    original = DecodeRun._grow_columns
-
-    def counting(self: DecodeRun) -> None:
-        grown.append(self.num_cols)
-        original(self)
-
-    monkeypatch.setattr(DecodeRun, "join_room", 1)
-    monkeypatch.setattr(DecodeRun, "_grow_columns", counting)
-    cfg = load_config(ROOT / "configs" / "mtp3.yaml", ["workload.num_requests=150"])
-    assert assert_same_records(cfg, monkeypatch) > 0
-    assert len(grown) > 1
+    runs: list[Any] = []
+    cfg = load_config(ROOT / "configs" / "mtp3.yaml",
+                      ["workload.num_requests=150", "engine.decode_run_join_room=1"])
+    assert assert_same_records(cfg, runs) > 0
+    assert sum(run.columns_grown for run in runs) > 1
 
 
 FOUND = Path(__file__).parent / "found"
@@ -122,7 +112,7 @@ FOUND = Path(__file__).parent / "found"
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FOUND.glob("*.json")))
 def test_configs_random_search_broke_run_the_same_and_keep_invariants(
-        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        name: str) -> None:
     """Configs a deep random search (``PDSIM_REL_SCALE=10``) broke, kept as regressions.
 
     ``run_cut_by_fault.json``: a run admits a chunk and re-prices the mixed step, which
@@ -138,4 +128,4 @@ def test_configs_random_search_broke_run_the_same_and_keep_invariants(
 
     cfg = load_config(json.loads((FOUND / name).read_text()))
     run_checked(cfg)
-    assert_same_records(cfg, monkeypatch)
+    assert_same_records(cfg)
