@@ -69,8 +69,11 @@ def run(
     timeline: Annotated[bool, typer.Option(
         help="Also write a Perfetto/Chrome trace (timeline.json) to --out.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    report: Annotated[bool, typer.Option(
+        help="Also write --out/report.html (interactive; needs pdsim[report]).")] = False,
 ) -> None:
     """Simulate CONFIG and print a summary (written to --out too)."""
+    _check_report(report, out)
     from pdsim.report import summary_table
     from pdsim.simulation import Simulation
 
@@ -89,6 +92,10 @@ def run(
         from pdsim.writers import write_run
 
         write_run(res, out, plots=plots, timeline=timeline)
+        if report:
+            from pdsim.html_report import report_dir_html, write_report
+
+            write_report(out, report_dir_html(out))
     if json_:
         from pdsim.output import to_json
 
@@ -112,6 +119,9 @@ def compare(
         help="Also simulate the same instances colocated (standalone serving).")] = False,
     out: Annotated[Path | None, typer.Option(help="Write compare.json here.")] = None,
     plots: Annotated[bool, typer.Option(help="Also write comparison plots to --out.")] = False,
+    report: Annotated[bool, typer.Option(
+        help="Also write --out/report.html (interactive, with latency CDFs and time series "
+             "of both runs; needs pdsim[report]).")] = False,
 ) -> None:
     """P/D before the fix vs after it (same workload, same random streams).
 
@@ -120,6 +130,7 @@ def compare(
     from pdsim.compare import compare as run_compare
     from pdsim.report import comparison_table
 
+    _check_report(report, out)
     cfg = load(config, set_, seed)
     speculating = cfg.speculative.method != "none"
     if not speculating and not colocated:
@@ -150,6 +161,24 @@ def compare(
 
             for path in write_compare_plots(cmp, out):
                 console.print(f"wrote {path}")
+        if report:
+            from pdsim.html_report import runs_report, write_report
+            from pdsim.loader import dump_config
+            from pdsim.plot_data import as_runs
+
+            page = runs_report(f"pdsim compare: {cfg.name}", as_runs(cmp), dump_config(cfg))
+            console.print(f"wrote {write_report(out, page)}")
+
+
+def _check_report(report: bool, out: Path | None) -> None:
+    """``--report`` writes into ``--out``, and needs plotly: fail before simulating."""
+    if not report:
+        return
+    if out is None:
+        raise PdsimError("--report needs --out (report.html is written there)")
+    from pdsim.html_report import require_plotly
+
+    require_plotly()
 
 
 @app.command("show-config")

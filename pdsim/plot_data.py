@@ -25,6 +25,18 @@ if TYPE_CHECKING:
 #: Per-request columns the latency and throughput plots read.
 REQUEST_COLUMNS = ("status", "arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s",
                    "e2e_s", "output_tokens")
+#: Headline metrics of a before/after comparison: (summary key, label, display scale,
+#: unit, higher is better).
+CHANGE_METRICS = (
+    ("acceptance_length", "acceptance length", 1.0, "", True),
+    ("output_throughput_tok_s", "output throughput", 1.0, " tok/s", True),
+    ("mean_tpot_s", "mean TPOT", 1e3, " ms", False),
+    ("p50_tpot_s", "p50 TPOT", 1e3, " ms", False),
+    ("mean_itl_s", "mean ITL", 1e3, " ms", False),
+    ("mean_ttft_s", "mean TTFT", 1e3, " ms", False),
+    ("p99_ttft_s", "p99 TTFT", 1e3, " ms", False),
+    ("mean_e2e_s", "mean E2E", 1.0, " s", False),
+)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from pdsim.errors import InputFileError, PdsimError
 from pdsim.output import write_atomic
 from pdsim.plot_data import (
+    CHANGE_METRICS,
     RunData,
     as_runs,
     as_summaries,
@@ -54,17 +55,6 @@ RUN_PLOTS = ("latency_cdf.png", "acceptance_per_position.png", "kv_usage.png",
 COMPARE_PLOTS = ("compare_acceptance_per_position.png", "compare_metrics.png",
                  "compare_latency_cdf.png", "compare_throughput.png")
 
-# comparison metrics: (summary key, label, display scale, unit, higher is better)
-_CHANGE_METRICS = (
-    ("acceptance_length", "acceptance length", 1.0, "", True),
-    ("output_throughput_tok_s", "output throughput", 1.0, " tok/s", True),
-    ("mean_tpot_s", "mean TPOT", 1e3, " ms", False),
-    ("p50_tpot_s", "p50 TPOT", 1e3, " ms", False),
-    ("mean_itl_s", "mean ITL", 1e3, " ms", False),
-    ("mean_ttft_s", "mean TTFT", 1e3, " ms", False),
-    ("p99_ttft_s", "p99 TTFT", 1e3, " ms", False),
-    ("mean_e2e_s", "mean E2E", 1.0, " s", False),
-)
 _DPI = 120
 
 
@@ -334,7 +324,7 @@ def metrics_figure(data: Any) -> Figure:
         _note(ax, "needs pd_before_fix and pd_after_fix")
         return fig
     labels, changes, colors, notes = [], [], [], []
-    for key, label, scale, unit, higher_better in _CHANGE_METRICS:
+    for key, label, scale, unit, higher_better in CHANGE_METRICS:
         b, a = before.get(key), after.get(key)
         if b is None or a is None or not (math.isfinite(b) and math.isfinite(a)) or b == 0:
             continue

@@ -116,6 +116,8 @@ def register(app: typer.Typer) -> None:
             help="Keep each point's requests.csv and other run files (else summary only).")
         ] = True,
         json_: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+        report: Annotated[bool, typer.Option(
+            help="Also write --out/report.html (interactive; needs pdsim[report]).")] = False,
     ) -> None:
         """Simulate CONFIG at every point of a grid; resumable, one table for all points."""
         from pdsim.errors import ConfigError
@@ -146,6 +148,12 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"interrupted: {len(run.computed)} points finished in this run "
                               f"are kept in {out}/points; rerun the same command to finish")
             raise typer.Exit(130) from None
+        if report:
+            from pdsim.html_report import report_dir_html, write_report
+            from pdsim.loader import dump_config
+
+            page = write_report(out, report_dir_html(out, config_text=dump_config(base)))
+            err_console.print(f"wrote {page}", markup=False, highlight=False)
         if json_:
             sys.stdout.write(to_json(rows))
             return
