@@ -126,6 +126,10 @@ def register(app: typer.Typer) -> None:
         from pdsim.sweep import Sweep as SweepRun
         from pdsim.sweep import SweepSpec, apply_base_overrides, load_sweep_file, parse_grid
 
+        if report:  # fail before simulating, not after
+            from pdsim.html_report import require_plotly
+
+            require_plotly()
         if backend not in ("local", "dask"):
             raise ConfigError("--backend", f"unknown backend {backend!r}; allowed: local, dask")
         spec = load_sweep_file(sweep_file) if sweep_file is not None else SweepSpec()
