@@ -411,8 +411,11 @@ def test_catches_a_block_lost_from_the_pool(monkeypatch: pytest.MonkeyPatch) -> 
 
     def leaky_allocate(self: BlockPool, owner: int, n: int) -> bool:
         ok = original(self, owner, n)
-        if ok and n > 0 and owner == 3 and self._free:
-            self._free.pop()  # a block vanishes
+        if ok and n > 0 and owner == 3:  # a block vanishes (a freed one, else a fresh one)
+            if self._free:
+                self._free.pop()
+            else:
+                self._fresh += 1
         return ok
 
     monkeypatch.setattr(BlockPool, "allocate", leaky_allocate)
