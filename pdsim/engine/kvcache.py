@@ -23,7 +23,7 @@ class BlockPool:
     ``check()`` catches every one.
     """
 
-    __slots__ = ("_fresh", "_free", "_owned", "num_blocks", "on_free", "tables")
+    __slots__ = ("_free", "_fresh", "_owned", "num_blocks", "on_free", "tables")
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 1:

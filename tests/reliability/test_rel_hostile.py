@@ -62,3 +62,71 @@ def test_mamba_only_model_with_a_large_pool_runs() -> None:
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert len(result.records) == 5
     assert grown_kib < 500_000
+
+
+# ------------------------------------------------------------------ YAML shape
+
+
+def _bomb(levels: int = 9, width: int = 9) -> str:
+    lines = [f"l0: &l0 [{', '.join(['x'] * width)}]"]
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("command", ["run", "show-config"])
+def test_alias_bomb_in_a_file_is_refused_quickly(tmp_path: Path, command: str) -> None:
+    (tmp_path / "bomb.yaml").write_text(_bomb())
+    t0 = time.perf_counter()
+    assert_error([command, str(tmp_path / "bomb.yaml"), "--out", str(tmp_path / "o")]
+                 if command == "run" else [command, str(tmp_path / "bomb.yaml")],
+                 "bomb.yaml", "aliases are expanded")
+    assert time.perf_counter() - t0 < 5
+
+
+def test_alias_bomb_in_a_set_value_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text("seed: 1\n")
+    flow = "&a [x, x, x, x, x, x, x, x, x, x]"
+    for name in "bcdefg":
+        flow = f"&{name} [{flow}, " + ", ".join([f"*{chr(ord(name) - 1)}"] * 9) + "]"
+    assert_error(["show-config", str(tmp_path / "c.yaml"), "--set", f"model.name={flow}"],
+                 "error: model.name:", "aliases are expanded")
+
+
+def test_shared_aliases_below_the_limit_still_load(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(
+        "cluster:\n"
+        "  prefill: &g {kv_cache_gib: 4, scheduler: {max_num_seqs: 8, block_size: 16}}\n"
+        "  decode: *g\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    assert cfg.cluster.decode.scheduler.max_num_seqs == 8
+
+
+@pytest.mark.parametrize("depth", [150, 3000])
+def test_deep_nesting_in_a_set_value_is_refused(tmp_path: Path, depth: int) -> None:
+    (tmp_path / "c.yaml").write_text("seed: 1\n")
+    assert_error(["show-config", str(tmp_path / "c.yaml"), "--set",
+                  "model.name=" + "[" * depth + "]" * depth],
+                 "error: model.name:", "nested more than 100 levels")
+
+
+def test_deep_nesting_in_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text("a: " + "[" * 150 + "]" * 150 + "\n")
+    assert_error(["show-config", str(tmp_path / "c.yaml")], "c.yaml", "nested more than 100")
+
+
+@pytest.mark.parametrize("digits", [25, 400, 5000])
+def test_huge_integers_are_refused_with_their_place(tmp_path: Path, digits: int) -> None:
+    (tmp_path / "c.yaml").write_text(f"workload:\n  num_requests: {'9' * digits}\n")
+    assert_error(["show-config", str(tmp_path / "c.yaml")], "c.yaml:2:17", "too large")
+    (tmp_path / "d.yaml").write_text("seed: 1\n")
+    assert_error(["show-config", str(tmp_path / "d.yaml"), "--set",
+                  f"workload.num_requests={'9' * digits}"],
+                 "error: workload.num_requests:", "too large")
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n"])
+def test_an_empty_config_is_an_error(tmp_path: Path, text: str) -> None:
+    (tmp_path / "c.yaml").write_text(text)
+    for command in ("run", "show-config"):
+        assert_error([command, str(tmp_path / "c.yaml")], "c.yaml", "the file is empty")
