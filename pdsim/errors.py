@@ -26,6 +26,10 @@ class ConfigError(PdsimError):
         super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in issues))
 
 
+class SimulationStalled(PdsimError):
+    """The simulated clock stood still: an engine repeated steps that cost no time."""
+
+
 class InputFileError(PdsimError):
     """A problem in an input file, located by file name and line (and column)."""
 

@@ -27,6 +27,7 @@ from pdsim.engine.request import Phase, Request
 from pdsim.engine.run_plan import plan_decode_run
 from pdsim.engine.scheduler import Scheduler, StepPlan
 from pdsim.engine.snapshot import InstanceSnapshot
+from pdsim.errors import SimulationStalled
 from pdsim.perf.build import build_step_time_model
 
 if TYPE_CHECKING:
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
     from pdsim.engine.cluster import Cluster, EngineHooks
     from pdsim.spec_decode.acceptance import AcceptanceSampler
     from pdsim.workload import RequestSpecs
+
+
+# Consecutive zero-time steps one engine may take before the run is called a livelock.
+MAX_ZERO_TIME_STEPS = 100_000
 
 
 def _reached_d(req: Request) -> tuple[float, int]:
@@ -119,6 +124,7 @@ class Instance:
         self.step_end_s = array("d")
         self.step_log = array("d")
         self.busy_s = 0.0
+        self._zero_steps = 0  # steps in a row that took no simulated time
         # the scheduler owns the queues; the engine's intake and loop use them directly
         self.scheduler = Scheduler(self, sched)
         self.waiting = self.scheduler.waiting
@@ -264,6 +270,10 @@ class Instance:
                     yield from self._follow(run)
                     continue
             dt = self.step_model.step_time_s(plan.batch)
+            if not dt > 0:
+                self._stand_still(dt)
+            else:
+                self._zero_steps = 0
             start = env.now
             epoch = self.epoch
             yield StepEnd(env, dt, self.step_priority)
@@ -271,6 +281,19 @@ class Instance:
                 continue  # the instance went down during the step: its work is lost
             self.busy_s += dt
             self._complete(plan, start)
+
+    def _stand_still(self, dt: float) -> None:
+        """A step that takes no time (or a NaN/negative one): fine once (a measured table
+        may hold a 0), a livelock when it repeats; the run stops with a clear error."""
+        if dt != dt or dt < 0:
+            raise SimulationStalled(f"{self.name}: the step time model gave {dt!r} s for a "
+                                    f"step at t = {self.env.now:.6g} s; check step_time")
+        self._zero_steps += 1
+        if self._zero_steps > MAX_ZERO_TIME_STEPS:
+            raise SimulationStalled(
+                f"{self.name}: {MAX_ZERO_TIME_STEPS:,} steps in a row took no simulated time "
+                f"at t = {self.env.now:.6g} s (the clock stood still); give step_time "
+                f"costs that make every step take some time")
 
     def _plan_run(self) -> DecodeRun | None:
         """A decode run from here, if one may be taken (``plan_decode_run``)."""

@@ -48,6 +48,16 @@ class SimpleStepTimeConfig(StrictModel):
     drafter_floor_s: Annotated[float, Field(ge=0)] = 0.0006
     drafter_token_cost_ratio: Annotated[float, Field(ge=0)] = 0.04
 
+    @model_validator(mode="after")
+    def _costs_time(self) -> SimpleStepTimeConfig:
+        # A step that costs no time lets the simulated clock stand still while work
+        # repeats (a request preempted and readmitted forever): every step must cost some.
+        if self.overhead_s <= 0 and self.weights_floor_s <= 0:
+            raise ValueError("overhead_s and weights_floor_s are both 0, so a step could take "
+                             "no time and the simulated clock stand still; give either a "
+                             "positive value")
+        return self
+
     @property
     def parameter_provenance(self) -> str:
         """The simple model's constants are round illustrative values, fitted to nothing."""

@@ -12,8 +12,11 @@ from rel_support import small
 from typer.testing import CliRunner
 
 from pdsim.cli import app
+from pdsim.engine import instance as instance_mod
 from pdsim.engine.kvcache import BlockPool
+from pdsim.errors import ConfigError, SimulationStalled
 from pdsim.loader import load_config
+from pdsim.perf.simple import SimpleStepTime
 from pdsim.simulation import simulate
 
 
@@ -130,3 +133,28 @@ def test_an_empty_config_is_an_error(tmp_path: Path, text: str) -> None:
     (tmp_path / "c.yaml").write_text(text)
     for command in ("run", "show-config"):
         assert_error([command, str(tmp_path / "c.yaml")], "c.yaml", "the file is empty")
+
+
+# ------------------------------------------------------------------ engine progress
+
+ZERO_STEP = {"kind": "simple", "overhead_s": 0, "weights_floor_s": 0, "per_token_s": 0,
+             "per_context_token_s": 0, "per_attention_pair_s": 0, "drafter_floor_s": 0,
+             "drafter_token_cost_ratio": 0}
+
+
+def test_an_all_zero_step_time_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(small({"step_time": ZERO_STEP}))
+    assert info.value.path == "step_time"
+    assert "overhead_s and weights_floor_s are both 0" in info.value.message
+
+
+@pytest.mark.parametrize("dt", [0.0, float("nan"), -1.0])
+def test_steps_that_take_no_time_stop_the_run_clearly(monkeypatch: pytest.MonkeyPatch,
+                                                      dt: float) -> None:
+    """The engine's own guard, for step-time models the schema cannot bound (a measured
+    table of zeros): a repeated zero-time step, or any NaN or negative one, is an error."""
+    monkeypatch.setattr(instance_mod, "MAX_ZERO_TIME_STEPS", 3)
+    monkeypatch.setattr(SimpleStepTime, "step_time_s", lambda self, batch: dt)
+    with pytest.raises(SimulationStalled, match="step_time"):
+        simulate(load_config(small()))
