@@ -11,10 +11,20 @@ from typing import Annotated, Literal, NamedTuple
 import numpy as np
 from pydantic import Field, model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import (
+    MAX_BATCH_SEQS,
+    MAX_BLOCKS,
+    MAX_INSTANCES,
+    MAX_KV_CACHE_GIB,
+    MAX_TOKENS,
+    StrictModel,
+    at_most,
+)
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
+_TOKENS_WHY = "pdsim keeps token counts well inside 64-bit arrays"
+TokenCount = Annotated[int, Field(ge=1), at_most(MAX_TOKENS, _TOKENS_WHY)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
 Probability = Annotated[float, Field(ge=0, le=1)]
@@ -70,7 +80,7 @@ class ModelConfig(StrictModel):
     )
     num_mtp_modules: NonNegInt = 0
     mtp_kv_bytes_per_token_per_module: NonNegInt = 1152
-    max_model_len: PositiveInt = 131072
+    max_model_len: TokenCount = 131072
 
     @property
     def has_mamba(self) -> bool:
@@ -223,12 +233,14 @@ class SpeculativeConfig(StrictModel):
 class SchedulerConfig(StrictModel):
     """vLLM-v1-style scheduler limits of one instance."""
 
-    max_num_seqs: PositiveInt = 128
-    max_num_batched_tokens: PositiveInt = 8192
-    block_size: PositiveInt = 64
-    num_blocks: PositiveInt | None = None
+    max_num_seqs: Annotated[int, Field(ge=1), at_most(
+        MAX_BATCH_SEQS, "a batch's rows are arrays of this length")] = 128
+    max_num_batched_tokens: TokenCount = 8192
+    block_size: TokenCount = 64
+    num_blocks: Annotated[int, Field(ge=1), at_most(
+        MAX_BLOCKS, "block ids stay exact in 64-bit arithmetic")] | None = None
     enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: PositiveInt | None = None
+    long_prefill_token_threshold: TokenCount | None = None
     enable_prefix_caching: bool = False
 
 
@@ -240,9 +252,12 @@ class InstanceGroupConfig(StrictModel):
     hardware's memory leaves after the weights.
     """
 
-    count: NonNegInt = 1
+    count: Annotated[int, Field(ge=0), at_most(
+        MAX_INSTANCES, "each instance is simulated step by step")] = 1
     scheduler: SchedulerConfig = SchedulerConfig()
-    kv_cache_gib: PositiveFloat | None = None
+    kv_cache_gib: Annotated[float, Field(gt=0), at_most(
+        MAX_KV_CACHE_GIB, "1 PiB per instance; larger pools overflow the block count")
+    ] | None = None
 
 
 class ClusterConfig(StrictModel):

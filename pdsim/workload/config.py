@@ -12,9 +12,24 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import (
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    MIN_RATE_PER_S,
+    StrictModel,
+    at_least,
+    at_most,
+)
 
 PositiveInt = Annotated[int, Field(ge=1)]
+_REQUESTS_WHY = ("a run keeps every request in memory, about 2 KB each, and simulates "
+                 "roughly 20,000 a second")
+RequestCount = Annotated[int, Field(ge=1), at_most(MAX_REQUESTS, _REQUESTS_WHY)]
+TokenCount = Annotated[int, Field(ge=1), at_most(
+    MAX_TOKENS, "pdsim keeps token counts well inside 64-bit arrays")]
+# A rate below one request in ~32 years has gaps no float time can add up
+Rate = Annotated[float, Field(gt=0, allow_inf_nan=False), at_least(
+    MIN_RATE_PER_S, "smaller rates put arrivals beyond any simulated time")]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -26,7 +41,7 @@ class PoissonArrivals(StrictModel):
     """Open-loop Poisson arrivals: exponential gaps with mean ``1 / rate_per_s`` seconds."""
 
     kind: Literal["poisson"] = "poisson"
-    rate_per_s: PositiveFloat
+    rate_per_s: Rate
 
     @property
     def gap_cv(self) -> float:
@@ -43,7 +58,7 @@ class GammaArrivals(StrictModel):
     """
 
     kind: Literal["gamma"] = "gamma"
-    rate_per_s: PositiveFloat
+    rate_per_s: Rate
     cv: PositiveFloat | None = None
     burstiness: PositiveFloat | None = None
 
@@ -71,7 +86,7 @@ class ConstantArrivals(StrictModel):
     """Deterministic arrivals every ``1 / rate_per_s`` seconds (the first at one gap)."""
 
     kind: Literal["constant"] = "constant"
-    rate_per_s: PositiveFloat
+    rate_per_s: Rate
 
     @property
     def gap_cv(self) -> float:
@@ -86,7 +101,7 @@ class ClosedLoopArrivals(StrictModel):
     """
 
     kind: Literal["closed_loop"] = "closed_loop"
-    concurrency: PositiveInt
+    concurrency: RequestCount
 
 
 Arrivals = Annotated[
@@ -101,7 +116,7 @@ class FixedLength(StrictModel):
     """Every request has exactly ``tokens`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
-    tokens: PositiveInt
+    tokens: TokenCount
 
     @property
     def expected_tokens(self) -> float:
@@ -117,7 +132,7 @@ class UniformLength(StrictModel):
     """
 
     kind: Literal["uniform"] = "uniform"
-    mean_tokens: PositiveInt
+    mean_tokens: TokenCount
     range_ratio: Annotated[float, Field(ge=0, lt=1)]
 
     @property
@@ -145,7 +160,7 @@ class _SpreadLength(StrictModel):
     mean_tokens: PositiveFloat
     std_tokens: PositiveFloat | None = None
     cv: PositiveFloat | None = None
-    max_tokens: PositiveInt | None = None
+    max_tokens: TokenCount | None = None
 
     @model_validator(mode="after")
     def _one_spread(self) -> _SpreadLength:
@@ -204,8 +219,8 @@ class EmpiricalLength(StrictModel):
     """
 
     kind: Literal["empirical"] = "empirical"
-    values: tuple[PositiveInt, ...] | None = None
-    bin_edges: tuple[PositiveInt, ...] | None = None
+    values: tuple[TokenCount, ...] | None = None
+    bin_edges: tuple[TokenCount, ...] | None = None
     weights: tuple[Weight, ...]
 
     @model_validator(mode="after")
@@ -267,7 +282,7 @@ class _TraceBase(StrictModel):
     time_scale: PositiveFloat | None = None
     target_rate_per_s: PositiveFloat | None = None
     start_offset_s: NonNegFloat = 0.0
-    max_requests: PositiveInt | None = None
+    max_requests: RequestCount | None = None
     unsorted: Literal["error", "sort"] = "error"
     skip_zero_length: bool = False
 
@@ -286,7 +301,7 @@ class MooncakeTrace(_TraceBase):
     """
 
     kind: Literal["mooncake"] = "mooncake"
-    hash_block_tokens: PositiveInt = 512
+    hash_block_tokens: TokenCount = 512
 
 
 class AzureTrace(_TraceBase):
@@ -311,7 +326,7 @@ class WorkloadConfig(StrictModel):
     ``closed_loop`` (the trace's requests are then released at that concurrency).
     """
 
-    num_requests: PositiveInt | None = 200
+    num_requests: RequestCount | None = 200
     duration_s: PositiveFloat | None = None
     arrivals: Arrivals = PoissonArrivals(rate_per_s=4.0)
     prompt_tokens: LengthDist = FixedLength(tokens=1024)
@@ -342,4 +357,12 @@ class WorkloadConfig(StrictModel):
             raise ValueError("give num_requests or duration_s (or both)")
         if closed and self.num_requests is None:
             raise ValueError("closed_loop arrivals need num_requests")
+        rate = getattr(self.arrivals, "rate_per_s", None)
+        if self.num_requests is None and self.duration_s is not None and rate is not None:
+            expected = self.duration_s * rate
+            if not expected <= MAX_REQUESTS:
+                raise ValueError(
+                    f"duration_s x arrivals.rate_per_s is {expected:.3g} requests; at most "
+                    f"{MAX_REQUESTS:,} ({_REQUESTS_WHY}): shorten duration_s or set "
+                    f"num_requests")
         return self

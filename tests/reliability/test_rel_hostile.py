@@ -158,3 +158,56 @@ def test_steps_that_take_no_time_stop_the_run_clearly(monkeypatch: pytest.Monkey
     monkeypatch.setattr(SimpleStepTime, "step_time_s", lambda self, batch: dt)
     with pytest.raises(SimulationStalled, match="step_time"):
         simulate(load_config(small()))
+
+
+# ------------------------------------------------------------------ bounds
+
+
+@pytest.mark.parametrize(("override", "path", "phrase"), [
+    ("cluster.decode.kv_cache_gib=1e300", "cluster.decode.kv_cache_gib", "at most 1,048,576"),
+    ("workload.num_requests=1000000000", "workload.num_requests", "about 2 KB each"),
+    ("workload.num_requests=" + "9" * 18, "workload.num_requests", "at most 5,000,000"),
+    ("cluster.decode.count=1000000", "cluster.decode.count", "at most 1,024"),
+    ("cluster.decode.scheduler.num_blocks=1000000000000000000",
+     "cluster.decode.scheduler.num_blocks", "64-bit"),
+    ("cluster.decode.scheduler.max_num_seqs=100000000", "cluster.decode.scheduler.max_num_seqs",
+     "at most 65,536"),
+    ("model.max_model_len=10000000000", "model.max_model_len", "at most 16,777,216"),
+    ("workload.arrivals.rate_per_s=1e-310", "workload.arrivals.rate_per_s", "at least 1e-09"),
+    ("workload.prompt_tokens={kind: fixed, tokens: 100000000000}",
+     "workload.prompt_tokens.tokens", "at most 16,777,216"),
+])
+def test_counts_and_sizes_are_bounded_with_a_reason(tmp_path: Path, override: str, path: str,
+                                                    phrase: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config("configs/mtp3.yaml", [override])
+    assert (info.value.path, phrase in info.value.message) == (path, True), info.value.issues
+
+
+def test_duration_times_rate_beyond_the_request_bound_is_refused() -> None:
+    for rate in ("1e10", "1e308"):
+        with pytest.raises(ConfigError) as info:
+            load_config("configs/mtp3.yaml", [
+                "workload.num_requests=null", "workload.duration_s=1e300",
+                f"workload.arrivals={{kind: constant, rate_per_s: {rate}}}"])
+        assert info.value.path == "workload" and "duration_s x" in info.value.message
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("t.jsonl", '{"timestamp": 0, "input_length": 9223372036854775808, "output_length": 5}\n'),
+    ("t.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": %s}\n' % ("9" * 5000)),
+    ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+              "2023-11-16 18:15:46.6805900,374,9223372036854775808\n"),
+    ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+              "2023-11-16 18:15:46.6805900,%s,5\n" % ("9" * 5000)),
+])
+def test_trace_token_counts_beyond_the_bound_name_the_line(tmp_path: Path, name: str,
+                                                           text: str) -> None:
+    trace = tmp_path / name
+    trace.write_text(text)
+    kind = "mooncake" if name.endswith(".jsonl") else "azure"
+    assert_error(["run", "configs/mtp3.yaml", "--out", str(tmp_path / "o"), "--set",
+                  "workload.num_requests=null", "--set",
+                  f"workload.trace={{kind: {kind}, path: {trace}}}"],
+                 f"{trace}:", "too long" if "9999" in text and kind == "mooncake"
+                 else "at most 16,777,216")
