@@ -17,7 +17,9 @@ from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
 from pdsim.commands._shared import (
     console,
     err_console,
+    interrupt_exit_code,
     load,
+    sigterm_as_interrupt,
     simulation_progress,
     user_errors,
 )
@@ -47,16 +49,24 @@ def run(
     from pdsim.simulation import Simulation
 
     cfg = load(config, set_, seed)
-    sim = Simulation(cfg)
+    if out is not None:
+        from pdsim.run_folder import prepare_out_dir
+
+        prepare_out_dir(out)  # before the work, not after it
     prog, update = simulation_progress()
-    interrupted = False
-    with prog:
+    interrupted = 0
+    with sigterm_as_interrupt():
         try:
-            res = sim.run(progress=update)
-        except KeyboardInterrupt:
-            interrupted = True
-            res = sim.finalize()
-            res.partial = True
+            sim = Simulation(cfg)
+        except KeyboardInterrupt as exc:  # nothing simulated yet: nothing to keep
+            raise typer.Exit(interrupt_exit_code(exc)) from None
+        with prog:
+            try:
+                res = sim.run(progress=update)
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep what finished
+                interrupted = interrupt_exit_code(exc)
+                res = sim.finalize()
+                res.partial = True
     if out is not None:
         from pdsim.writers import write_run
 
@@ -71,7 +81,7 @@ def run(
         if out is not None:
             console.print(f"wrote {out}/")
     if interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(interrupted)
 
 
 @app.command()
@@ -90,6 +100,10 @@ def compare(
     from pdsim.report import comparison_table
 
     cfg = load(config, set_, seed)
+    if out is not None:
+        from pdsim.run_folder import prepare_out_dir
+
+        prepare_out_dir(out)
     prog, update = simulation_progress()
     with prog:
         cmp = run_compare(cfg, colocated=colocated, progress=update)

@@ -30,6 +30,15 @@ class SimulationStalled(PdsimError):
     """The simulated clock stood still: an engine repeated steps that cost no time."""
 
 
+class OutputError(PdsimError):
+    """An output path pdsim cannot write: ``path: reason``."""
+
+    def __init__(self, path: str | Path, message: str) -> None:
+        self.path = str(path)
+        self.message = message
+        super().__init__(f"{path}: {message}")
+
+
 class InputFileError(PdsimError):
     """A problem in an input file, located by file name and line (and column)."""
 

@@ -30,6 +30,7 @@ from pdsim.plot_data import (
     read_run_dir,
     run_data,
 )
+from pdsim.run_folder import check_folder
 from pdsim.timeseries import bin_edges, throughput_bins
 
 if TYPE_CHECKING:
@@ -397,6 +398,7 @@ def plot_result_dir(result_dir: str | Path, out: str | Path | None = None) -> li
     target = Path(out) if out is not None else d
     files = []
     if has_run:
+        check_folder(d)
         files += write_run_figures(read_run_dir(d), target)
     if has_cmp:
         files += write_comparison_figures(read_compare_json(d / "compare.json"), target)

@@ -53,7 +53,13 @@ def sweep_table(rows: list[dict[str, Any]], param_keys: list[str], title: str) -
 
 
 def register(app: typer.Typer) -> None:
-    from pdsim.commands._shared import console, err_console, user_errors
+    from pdsim.commands._shared import (
+        console,
+        err_console,
+        interrupt_exit_code,
+        sigterm_as_interrupt,
+        user_errors,
+    )
 
     @app.command()
     @user_errors
@@ -111,14 +117,14 @@ def register(app: typer.Typer) -> None:
             prog.update(task, completed=done, total=total)
 
         try:
-            with prog:
+            with prog, sigterm_as_interrupt():
                 rows = run.run(out, backend=backend,  # type: ignore[arg-type]
                                workers=workers, address=address, progress=update,
                                force=force, run_files=records)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             err_console.print(f"interrupted: {len(run.computed)} points finished in this run "
                               f"are kept in {out}/points; rerun the same command to finish")
-            raise typer.Exit(130) from None
+            raise typer.Exit(interrupt_exit_code(exc)) from None
         if json_:
             sys.stdout.write(to_json(rows))
             return

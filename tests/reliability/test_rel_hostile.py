@@ -6,8 +6,10 @@ from __future__ import annotations
 import resource
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from rel_support import small
 from typer.testing import CliRunner
 
@@ -211,3 +213,81 @@ def test_trace_token_counts_beyond_the_bound_name_the_line(tmp_path: Path, name:
                   f"workload.trace={{kind: {kind}, path: {trace}}}"],
                  f"{trace}:", "too long" if "9999" in text and kind == "mooncake"
                  else "at most 16,777,216")
+
+
+# ------------------------------------------------------------------ output folders
+
+
+def test_out_that_is_a_file_under_a_file_or_uncreatable_is_refused_before_the_run(
+        tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    cases = [(tmp_path / "afile", "exists and is not a folder"),
+             (tmp_path / "afile" / "x", "is a file, so nothing can be written under it"),
+             (Path("/proc/pdsim-cannot-be-here"), "cannot create the folder")]
+    for out, phrase in cases:
+        t0 = time.perf_counter()
+        assert_error(["run", "configs/mtp3.yaml", "--out", str(out)], f"error: {out}:", phrase)
+        assert time.perf_counter() - t0 < 3  # refused before simulating 300 requests
+
+
+def _write_small_run(out: Path) -> None:
+    from pdsim.writers import write_run
+
+    write_run(simulate(load_config(small())), out)
+
+
+def test_a_finished_folder_carries_a_manifest_readers_check(tmp_path: Path) -> None:
+    from pdsim.run_folder import check_folder
+
+    _write_small_run(tmp_path / "o")
+    manifest = check_folder(tmp_path / "o")
+    assert manifest["partial"] is False and manifest["seed"] == 7
+    assert {"summary.json", "requests.csv", "config.resolved.yaml"} <= set(manifest["files"])
+    (tmp_path / "o" / "requests.csv").write_text("id\n")  # another run's file
+    assert_error(["plot", str(tmp_path / "o")], "requests.csv", "does not match manifest.json")
+
+
+def test_an_interrupted_rerun_leaves_a_folder_readers_refuse(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pdsim.writers as writers
+
+    _write_small_run(tmp_path / "o")
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writers, "write_timeseries", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _write_small_run(tmp_path / "o")
+    assert (tmp_path / "o" / "summary.json").is_file()  # the old run's, next to new files
+    assert_error(["plot", str(tmp_path / "o")], "no manifest.json", "did not finish")
+
+
+def test_sigterm_keeps_the_results_like_ctrl_c(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM arrives (from this process, deterministically) once 5 requests are done."""
+    import json
+    import os
+    import signal
+
+    from pdsim.simulation import Simulation
+
+    original = Simulation.run
+
+    def run_then_terminated(self: Simulation, progress: Any = None) -> Any:
+        def tick(done: int, total: int) -> None:
+            if done >= 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        return original(self, progress=tick)
+
+    monkeypatch.setattr(Simulation, "run", run_then_terminated)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small()))
+    res = CliRunner().invoke(app, ["run", str(cfg), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 128 + signal.SIGTERM, (res.exit_code, res.output)
+    assert "PARTIAL" in res.stdout
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert summary["partial"] is True and manifest["partial"] is True
+    assert signal.getsignal(signal.SIGTERM) is not None  # the old handler is back
