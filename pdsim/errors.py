@@ -26,6 +26,11 @@ class ConfigError(PdsimError):
         super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in issues))
 
 
+class RequestSpecsError(PdsimError):
+    """Request specs (from any source: synthetic, a trace, a benchmark, the API) that no
+    run can serve: a NaN, negative or unsorted arrival, a length out of range."""
+
+
 class SimulationStalled(PdsimError):
     """The simulated clock stood still: an engine repeated steps that cost no time."""
 

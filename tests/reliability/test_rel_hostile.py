@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import resource
 import time
 from pathlib import Path
@@ -291,3 +292,71 @@ def test_sigterm_keeps_the_results_like_ctrl_c(tmp_path: Path,
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert summary["partial"] is True and manifest["partial"] is True
     assert signal.getsignal(signal.SIGTERM) is not None  # the old handler is back
+
+
+# ------------------------------------------------------------------ CLI options, inputs
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["--tp", "0"], "--tp"), (["--ep", "-1"], "--ep"), (["--block-size", "0"], "--block-size"),
+    (["--spec", "-1"], "--spec"), (["--gpu-memory-utilization", "2"],
+                                   "--gpu-memory-utilization"),
+    (["--gpu-memory-utilization", "nan"], "--gpu-memory-utilization"),
+])
+def test_profile_options_out_of_range_are_named(args: list[str], option: str) -> None:
+    assert_error(["profile", "deepseek-v3", "h200", *args], f"error: {option}: must be")
+
+
+EXAMPLE_BENCH = Path("examples/real/bench_result.json")
+
+
+@pytest.mark.parametrize(("field", "value", "phrase"), [
+    ("input_lens", 0, "entry 0 is 0; token counts must be in 1..16,777,216"),
+    ("input_lens", -5, "entry 0 is -5"),
+    ("input_lens", 1e30, "entry 0 is 1e+30"),
+    ("output_lens", -1, "entry 0 is -1; token counts must be in 0.."),
+    ("max_concurrency", 0, "must be in 1..5,000,000 (got 0)"),
+    ("max_concurrency", -3, "(got -3)"),
+])
+def test_validate_refuses_bench_files_with_impossible_values(
+        tmp_path: Path, field: str, value: float, phrase: str) -> None:
+    import json
+
+    doc = json.loads(EXAMPLE_BENCH.read_text())
+    if field == "max_concurrency":
+        doc[field] = value
+    else:
+        doc[field] = [value, *doc[field][1:]]
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(doc))
+    assert_error(["validate", "configs/mtp3.yaml", "--against", str(bench)],
+                 str(bench), f"field '{field}'", phrase)
+
+
+def _specs(arrival: list[float], prompt: list[int] | None = None,
+           output: list[int] | None = None) -> Any:
+    import numpy as np
+
+    from pdsim.workload import RequestSpecs
+
+    n = len(arrival)
+    return RequestSpecs(np.asarray(arrival, dtype=np.float64),
+                        np.asarray(prompt or [100] * n, dtype=np.int64),
+                        np.asarray(output or [10] * n, dtype=np.int64))
+
+
+@pytest.mark.parametrize(("arrival", "prompt", "output", "phrase"), [
+    ([0.0, float("nan"), 2.0], None, None, "request 1: arrival_s is nan"),
+    ([0.0, -1.0, 2.0], None, None, "request 1: arrival_s is -1.0"),
+    ([0.0, float("inf")], None, None, "arrival_s is inf"),
+    ([0.0, 2.0, 1.0], None, None, "request 2 arrives at 1.0 s, before request 1"),
+    ([0.0, 1.0], [100, 0], None, "request 1: prompt_tokens is 0"),
+    ([0.0, 1.0], None, [-4, 10], "request 0: output_tokens is -4"),
+])
+def test_request_specs_are_checked_wherever_they_come_from(
+        arrival: list[float], prompt: list[int] | None, output: list[int] | None,
+        phrase: str) -> None:
+    from pdsim.errors import RequestSpecsError
+
+    with pytest.raises(RequestSpecsError, match=re.escape(phrase)):
+        simulate(load_config(small()), _specs(arrival, prompt, output))
