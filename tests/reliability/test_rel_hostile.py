@@ -360,3 +360,23 @@ def test_request_specs_are_checked_wherever_they_come_from(
 
     with pytest.raises(RequestSpecsError, match=re.escape(phrase)):
         simulate(load_config(small()), _specs(arrival, prompt, output))
+
+
+# ------------------------------------------------------------------ capacity
+
+
+def test_the_capacity_check_counts_the_slots_d_reserves_for_drafts() -> None:
+    """A pool that holds the longest request exactly but not its sampled token and three
+    drafts: before, validation passed and every request was rejected at admission."""
+    patch = {"workload": {"prompt_tokens": {"kind": "fixed", "tokens": 2040},
+                          "output_tokens": {"kind": "fixed", "tokens": 8}},
+             "cluster": {"decode": {"scheduler": {"num_blocks": 128}},
+                         "prefill": {"scheduler": {"num_blocks": 256}}}}
+    with pytest.raises(ConfigError) as info:
+        load_config(small(patch))
+    assert info.value.path == "cluster.decode.scheduler.num_blocks"
+    assert "1 + num_speculative_tokens" in info.value.message
+    # one block more and every request is served
+    patch["cluster"]["decode"]["scheduler"]["num_blocks"] = 129  # type: ignore[index]
+    result = simulate(load_config(small(patch)))
+    assert all(r["status"] == "finished" for r in result.records)
