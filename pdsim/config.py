@@ -345,6 +345,7 @@ class SimConfig(StrictModel):
             if d.link is not None and (c.mode == "colocated" or d.link not in links):
                 issues.append((f"faults.link_degradations.{i}.link",
                                f"no link {d.link!r}; links: {', '.join(sorted(links)) or 'none'}"))
+        issues.extend(self.faults.overlap_issues())
         if issues:
             raise ConfigError("", issues=issues)
         return self

@@ -79,11 +79,45 @@ class FaultsConfig(StrictModel):
                     or self.kv_transfer_timeout_s is not None or self.instance_outages
                     or self.link_degradations)
 
+    def overlap_issues(self) -> list[tuple[str, str]]:
+        """``(path, message)`` for each outage or degradation that overlaps (or touches)
+        an earlier one of the same instance or link: their start and end events would
+        interleave and the last to fire would win (an instance "back up" inside a longer
+        outage), so they are refused; write the union as one interval instead."""
+        issues: list[tuple[str, str]] = []
+        outages = self.instance_outages
+        for j, b in enumerate(outages):
+            for i, a in enumerate(outages[:j]):
+                if a.instance == b.instance and _meet(a.start_s, a.end_s, b.start_s, b.end_s):
+                    issues.append((f"faults.instance_outages.{j}",
+                                   f"overlaps outage {i} of {a.instance} ({a.start_s:g}.."
+                                   f"{a.end_s:g} s); write one outage from "
+                                   f"{min(a.start_s, b.start_s):g} to "
+                                   f"{max(a.end_s, b.end_s):g} s instead"))
+                    break
+        degs = self.link_degradations
+        for j, b in enumerate(degs):
+            for i, a in enumerate(degs[:j]):
+                same = a.link is None or b.link is None or a.link == b.link
+                if same and _meet(a.start_s, a.end_s, b.start_s, b.end_s):
+                    issues.append((f"faults.link_degradations.{j}",
+                                   f"overlaps degradation {i} on "
+                                   f"{a.link or 'every link'} ({a.start_s:g}..{a.end_s:g} s); "
+                                   f"split them into intervals that do not overlap, each "
+                                   f"with its own bandwidth_factor"))
+                    break
+        return issues
+
     def scheduled_times_s(self) -> list[float]:
         """Every time at which a scheduled fault starts or ends, sorted."""
         times = [t for o in self.instance_outages for t in (o.start_s, o.end_s)]
         times += [t for d in self.link_degradations for t in (d.start_s, d.end_s)]
         return sorted(times)
+
+
+def _meet(a0: float, a1: float, b0: float, b1: float) -> bool:
+    """Whether [a0, a1] and [b0, b1] share a point (touching ends included)."""
+    return a0 <= b1 and b0 <= a1
 
 
 class FaultState:

@@ -380,3 +380,32 @@ def test_the_capacity_check_counts_the_slots_d_reserves_for_drafts() -> None:
     patch["cluster"]["decode"]["scheduler"]["num_blocks"] = 129  # type: ignore[index]
     result = simulate(load_config(small(patch)))
     assert all(r["status"] == "finished" for r in result.records)
+
+
+# ------------------------------------------------------------------ faults
+
+
+def test_overlapping_outages_of_one_instance_are_refused() -> None:
+    faults = {"instance_outages": [{"instance": "D0", "start_s": 1.0, "end_s": 5.0},
+                                   {"instance": "P0", "start_s": 2.0, "end_s": 3.0},
+                                   {"instance": "D0", "start_s": 2.0, "end_s": 3.0}]}
+    with pytest.raises(ConfigError) as info:
+        load_config(small({"faults": faults}))
+    assert info.value.issues == [("faults.instance_outages.2",
+                                  "overlaps outage 0 of D0 (1..5 s); write one outage from 1 "
+                                  "to 5 s instead")]
+    faults["instance_outages"][2] = {"instance": "D0", "start_s": 6.0, "end_s": 7.0}
+    assert load_config(small({"faults": faults})).faults.instance_outages[2].start_s == 6.0
+
+
+@pytest.mark.parametrize(("first", "second"), [("P0->D0", "P0->D0"), (None, "P0->D0"),
+                                               ("P0->D0", None)])
+def test_overlapping_link_degradations_are_refused(first: str | None,
+                                                   second: str | None) -> None:
+    faults = {"link_degradations": [
+        {"link": first, "start_s": 0.0, "end_s": 2.0, "bandwidth_factor": 0.5},
+        {"link": second, "start_s": 2.0, "end_s": 4.0, "bandwidth_factor": 0.1}]}
+    with pytest.raises(ConfigError) as info:
+        load_config(small({"faults": faults}))
+    assert info.value.path == "faults.link_degradations.1"
+    assert "overlaps degradation 0" in info.value.message

@@ -300,9 +300,11 @@ def random_configs(draw: st.DrawFn) -> dict[str, Any]:
             "kv_transfer_timeout_s": draw(st.sampled_from([None, 0.005, 0.05])),
             "outage_policy": draw(st.sampled_from(["retry", "fail"])),
             "max_retries": draw(st.integers(0, 2)),
-            "instance_outages": [{"instance": draw(st.sampled_from(names)), "start_s": start,
+            # one outage per instance at most: overlapping ones are refused
+            "instance_outages": [{"instance": name, "start_s": start,
                                   "end_s": start + draw(st.floats(0.01, 1.0))}
-                                 for _ in range(draw(st.integers(0, 2)))],
+                                 for name in draw(st.lists(st.sampled_from(names),
+                                                           max_size=2, unique=True))],
             "link_degradations": draw(st.sampled_from([
                 [], [{"start_s": 0.0, "end_s": 0.5, "bandwidth_factor": 0.01}]])),
         }
