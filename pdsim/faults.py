@@ -96,13 +96,13 @@ class FaultsConfig(StrictModel):
                                    f"{max(a.end_s, b.end_s):g} s instead"))
                     break
         degs = self.link_degradations
-        for j, b in enumerate(degs):
-            for i, a in enumerate(degs[:j]):
-                same = a.link is None or b.link is None or a.link == b.link
-                if same and _meet(a.start_s, a.end_s, b.start_s, b.end_s):
+        for j, d in enumerate(degs):
+            for i, e in enumerate(degs[:j]):
+                same = e.link is None or d.link is None or e.link == d.link
+                if same and _meet(e.start_s, e.end_s, d.start_s, d.end_s):
                     issues.append((f"faults.link_degradations.{j}",
                                    f"overlaps degradation {i} on "
-                                   f"{a.link or 'every link'} ({a.start_s:g}..{a.end_s:g} s); "
+                                   f"{e.link or 'every link'} ({e.start_s:g}..{e.end_s:g} s); "
                                    f"split them into intervals that do not overlap, each "
                                    f"with its own bandwidth_factor"))
                     break
