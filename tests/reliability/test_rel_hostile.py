@@ -409,3 +409,43 @@ def test_overlapping_link_degradations_are_refused(first: str | None,
         load_config(small({"faults": faults}))
     assert info.value.path == "faults.link_degradations.1"
     assert "overlaps degradation 0" in info.value.message
+
+
+# ------------------------------------------------------------------ import-metrics
+
+
+def _scrape(drafts: int, draft_tokens: int, accepted: int, per_pos: list[int]) -> str:
+    lines = []
+    for name, value in (("num_drafts", drafts), ("num_draft_tokens", draft_tokens),
+                        ("num_accepted_tokens", accepted)):
+        lines += [f"# TYPE vllm:spec_decode_{name} counter",
+                  f'vllm:spec_decode_{name}_total{{engine="0"}} {value}.0']
+    lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter")
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}}'
+              f" {c}.0" for i, c in enumerate(per_pos)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("counts", "phrase"), [
+    ((100, 300, 350, [100, 100, 100]), "num_accepted_tokens (350) exceeds"),
+    ((100, 300, 150, [120, 20, 10]), "position 0 (120) exceeds vllm:spec_decode_num_drafts"),
+    ((100, 300, 150, [50, 60, 40]), "position 1 (60) exceeds position 0"),
+    ((100, 300, 150, [80, 50]), "2 positions in"),
+])
+def test_import_metrics_refuses_counters_no_run_produces(tmp_path: Path,
+                                                         counts: tuple[Any, ...],
+                                                         phrase: str) -> None:
+    scrape = tmp_path / "m.txt"
+    scrape.write_text(_scrape(*counts))
+    text = assert_error(["import-metrics", str(scrape)], phrase)
+    assert "speculative:" not in text  # no snippet printed
+
+
+def test_import_metrics_snippets_load_in_pdsim(tmp_path: Path) -> None:
+    scrape = tmp_path / "m.txt"
+    scrape.write_text(_scrape(100, 300, 150, [80, 50, 20]))
+    res = CliRunner().invoke(app, ["import-metrics", str(scrape)])
+    assert res.exit_code == 0, res.output
+    snippet = yaml.safe_load(res.stdout[res.stdout.index("# measured"):])
+    data = small({"speculative": snippet["speculative"]})
+    assert load_config(data).speculative.acceptance.rates == (0.8, 0.5, 0.2)  # type: ignore[union-attr]
