@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from pdsim.workload import RequestSpecs
 
 
-# Consecutive zero-time steps one engine may take before the run is called a livelock.
+# Engine-loop turns (steps, decode runs, scheduler retries) one engine may take at one
+# simulated instant before the run is called a livelock.
 MAX_ZERO_TIME_STEPS = 100_000
 
 
@@ -124,7 +125,8 @@ class Instance:
         self.step_end_s = array("d")
         self.step_log = array("d")
         self.busy_s = 0.0
-        self._zero_steps = 0  # steps in a row that took no simulated time
+        self._zero_steps = 0  # loop turns in a row at one simulated instant
+        self._last_turn_s = -1.0
         # the scheduler owns the queues; the engine's intake and loop use them directly
         self.scheduler = Scheduler(self, sched)
         self.waiting = self.scheduler.waiting
@@ -250,6 +252,11 @@ class Instance:
         """
         env = self.env
         while True:
+            if env.now == self._last_turn_s:
+                self._stand_still(0.0)
+            else:
+                self._last_turn_s = env.now
+                self._zero_steps = 0
             if self.rows.count and self.up and not self.waiting:
                 run = self._plan_run()
                 if run is not None:
@@ -270,10 +277,8 @@ class Instance:
                     yield from self._follow(run)
                     continue
             dt = self.step_model.step_time_s(plan.batch)
-            if not dt > 0:
+            if not dt >= 0:
                 self._stand_still(dt)
-            else:
-                self._zero_steps = 0
             start = env.now
             epoch = self.epoch
             yield StepEnd(env, dt, self.step_priority)
@@ -283,16 +288,18 @@ class Instance:
             self._complete(plan, start)
 
     def _stand_still(self, dt: float) -> None:
-        """A step that takes no time (or a NaN/negative one): fine once (a measured table
-        may hold a 0), a livelock when it repeats; the run stops with a clear error."""
+        """Another loop turn at the same instant (``dt`` 0), or a step time that is NaN or
+        negative: a few are fine (a measured table may hold a 0, an idle engine wakes at
+        an instant something happened), endless ones a livelock; the run stops with a
+        clear error."""
         if dt != dt or dt < 0:
             raise SimulationStalled(f"{self.name}: the step time model gave {dt!r} s for a "
                                     f"step at t = {self.env.now:.6g} s; check step_time")
         self._zero_steps += 1
         if self._zero_steps > MAX_ZERO_TIME_STEPS:
             raise SimulationStalled(
-                f"{self.name}: {MAX_ZERO_TIME_STEPS:,} steps in a row took no simulated time "
-                f"at t = {self.env.now:.6g} s (the clock stood still); give step_time "
+                f"{self.name}: {MAX_ZERO_TIME_STEPS:,} engine steps in a row at t = "
+                f"{self.env.now:.6g} s (the simulated clock stood still); give step_time "
                 f"costs that make every step take some time")
 
     def _plan_run(self) -> DecodeRun | None:

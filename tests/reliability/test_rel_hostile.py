@@ -152,15 +152,37 @@ def test_an_all_zero_step_time_is_refused() -> None:
     assert "overhead_s and weights_floor_s are both 0" in info.value.message
 
 
-@pytest.mark.parametrize("dt", [0.0, float("nan"), -1.0])
-def test_steps_that_take_no_time_stop_the_run_clearly(monkeypatch: pytest.MonkeyPatch,
-                                                      dt: float) -> None:
-    """The engine's own guard, for step-time models the schema cannot bound (a measured
-    table of zeros): a repeated zero-time step, or any NaN or negative one, is an error."""
-    monkeypatch.setattr(instance_mod, "MAX_ZERO_TIME_STEPS", 3)
+@pytest.mark.parametrize("dt", [float("nan"), -1.0])
+def test_a_nan_or_negative_step_time_stops_the_run_clearly(monkeypatch: pytest.MonkeyPatch,
+                                                           dt: float) -> None:
+    """For step-time models the schema cannot bound (a measured table)."""
     monkeypatch.setattr(SimpleStepTime, "step_time_s", lambda self, batch: dt)
-    with pytest.raises(SimulationStalled, match="step_time"):
+    with pytest.raises(SimulationStalled, match="check step_time"):
         simulate(load_config(small()))
+
+
+def test_an_engine_turning_at_one_instant_forever_stops_clearly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The livelock class: work freed and readmitted (or steps costing nothing) forever
+    while the clock stands still. Forced here: the scheduler plans nothing and always
+    claims to have unblocked a waiting request, so the engine loop would never yield."""
+    from pdsim.engine.scheduler import Scheduler
+
+    monkeypatch.setattr(instance_mod, "MAX_ZERO_TIME_STEPS", 50)
+    monkeypatch.setattr(Scheduler, "schedule", lambda self: None)
+    monkeypatch.setattr(Scheduler, "unblock_waiting", lambda self: bool(self.waiting))
+    with pytest.raises(SimulationStalled, match="clock stood still"):
+        simulate(load_config(small()))
+
+
+def test_zero_cost_steps_without_a_livelock_still_finish(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard counts turns at one instant, not zero-cost steps: free steps that make
+    progress run to the end."""
+    monkeypatch.setattr(instance_mod, "MAX_ZERO_TIME_STEPS", 50)
+    monkeypatch.setattr(SimpleStepTime, "step_time_s", lambda self, batch: 0.0)
+    result = simulate(load_config(small()))
+    assert len(result.records) == 30
 
 
 # ------------------------------------------------------------------ bounds
