@@ -22,6 +22,15 @@ MAX_TOKENS = 2**24
 MAX_KV_CACHE_GIB = 2.0**20
 MAX_BLOCKS = 2**48
 MIN_RATE_PER_S = 1e-9
+MAX_SECONDS = 1e9  # about 32 years
+MIN_BANDWIDTH_GB_PER_S = 1e-6
+
+
+def seconds_bound() -> AfterValidator:
+    """Durations and per-unit costs: at most ``MAX_SECONDS``, so every simulated time and
+    latency statistic (squares included) stays finite."""
+    return at_most(MAX_SECONDS, "about 32 years; larger times overflow the latency "
+                                "statistics")
 
 
 def at_most(limit: float, reason: str) -> AfterValidator:

@@ -17,14 +17,19 @@ from pdsim._model import (
     MAX_INSTANCES,
     MAX_KV_CACHE_GIB,
     MAX_TOKENS,
+    MIN_BANDWIDTH_GB_PER_S,
     StrictModel,
+    at_least,
     at_most,
+    seconds_bound,
 )
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 _TOKENS_WHY = "pdsim keeps token counts well inside 64-bit arrays"
 TokenCount = Annotated[int, Field(ge=1), at_most(MAX_TOKENS, _TOKENS_WHY)]
+_BYTES_WHY = "KV byte counts of a maximum-length request stay inside 64-bit integers"
+LayerBytes = Annotated[int, Field(ge=0), at_most(2**20, _BYTES_WHY)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
 Probability = Annotated[float, Field(ge=0, le=1)]
@@ -50,10 +55,10 @@ class LayerGroup(StrictModel):
     """
 
     kind: Literal["attention", "sliding_window", "mamba"] = "attention"
-    num_layers: PositiveInt
-    kv_bytes_per_token_per_layer: NonNegInt = 0
-    window_tokens: PositiveInt | None = None
-    state_bytes_per_layer: NonNegInt = 0
+    num_layers: Annotated[int, Field(ge=1), at_most(2**16, _BYTES_WHY)]
+    kv_bytes_per_token_per_layer: LayerBytes = 0
+    window_tokens: TokenCount | None = None
+    state_bytes_per_layer: Annotated[int, Field(ge=0), at_most(2**30, _BYTES_WHY)] = 0
 
     @model_validator(mode="after")
     def _check(self) -> LayerGroup:
@@ -78,8 +83,8 @@ class ModelConfig(StrictModel):
     layer_groups: tuple[LayerGroup, ...] = (
         LayerGroup(num_layers=61, kv_bytes_per_token_per_layer=1152),
     )
-    num_mtp_modules: NonNegInt = 0
-    mtp_kv_bytes_per_token_per_module: NonNegInt = 1152
+    num_mtp_modules: Annotated[int, Field(ge=0), at_most(64, "drafts per step")] = 0
+    mtp_kv_bytes_per_token_per_module: LayerBytes = 1152
     max_model_len: TokenCount = 131072
 
     @property
@@ -205,7 +210,7 @@ class SpeculativeConfig(StrictModel):
     """Speculative decoding: which drafter, how many drafts per step, how often accepted."""
 
     method: SpecMethod = "none"
-    num_speculative_tokens: NonNegInt = 0
+    num_speculative_tokens: Annotated[int, Field(ge=0), at_most(64, "drafts per step")] = 0
     acceptance: Acceptance = ConstantAcceptance(rate=0.0)
     stale_kv: StaleKVConfig = StaleKVConfig()
 
@@ -293,10 +298,11 @@ class ConnectorConfig(StrictModel):
     """
 
     transfer_mode: Literal["pull", "push"] = "pull"
-    link_bandwidth_gb_per_s: PositiveFloat = 7.0
-    setup_latency_s: NonNegFloat = 0.002
-    handshake_s: NonNegFloat = 0.001
-    kv_lease_s: PositiveFloat = 30.0
+    link_bandwidth_gb_per_s: Annotated[float, Field(gt=0), at_least(
+        MIN_BANDWIDTH_GB_PER_S, "1 KB/s; slower links make transfers outlast any run")] = 7.0
+    setup_latency_s: Annotated[NonNegFloat, seconds_bound()] = 0.002
+    handshake_s: Annotated[NonNegFloat, seconds_bound()] = 0.001
+    kv_lease_s: Annotated[PositiveFloat, seconds_bound()] = 30.0
     prefill_backoff: Literal["auto", "off"] = "auto"
     kv_load_failure_policy: Literal["fail", "recompute"] = "recompute"
 
@@ -310,6 +316,6 @@ class RouterConfig(StrictModel):
 class SLOConfig(StrictModel):
     """Latency targets; a request meets the SLO when both its TTFT and TPOT do."""
 
-    ttft_s: PositiveFloat | None = None
-    tpot_s: PositiveFloat | None = None
+    ttft_s: Annotated[PositiveFloat, seconds_bound()] | None = None
+    tpot_s: Annotated[PositiveFloat, seconds_bound()] | None = None
     percentile: Annotated[float, Field(gt=0, le=100)] = 90.0

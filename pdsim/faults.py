@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import StrictModel, seconds_bound
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,8 +24,8 @@ class InstanceOutage(StrictModel):
     """Instance ``instance`` (e.g. ``D0``, ``P1``, ``C0``) is down from start_s to end_s."""
 
     instance: str
-    start_s: Annotated[float, Field(ge=0)]
-    end_s: Annotated[float, Field(gt=0)]
+    start_s: Annotated[float, Field(ge=0), seconds_bound()]
+    end_s: Annotated[float, Field(gt=0), seconds_bound()]
 
     @model_validator(mode="after")
     def _order(self) -> InstanceOutage:
@@ -38,8 +38,8 @@ class LinkDegradation(StrictModel):
     """Links (``P0->D0``; null = every link) run at ``bandwidth_factor`` of their bandwidth."""
 
     link: str | None = None
-    start_s: Annotated[float, Field(ge=0)]
-    end_s: Annotated[float, Field(gt=0)]
+    start_s: Annotated[float, Field(ge=0), seconds_bound()]
+    end_s: Annotated[float, Field(gt=0), seconds_bound()]
     bandwidth_factor: Annotated[float, Field(gt=0, le=1)]
 
     @model_validator(mode="after")
@@ -66,8 +66,8 @@ class FaultsConfig(StrictModel):
     """
 
     kv_transfer_failure_probability: Annotated[float, Field(ge=0, le=1)] = 0.0
-    kv_transfer_failures_at_s: tuple[Annotated[float, Field(ge=0)], ...] = ()
-    kv_transfer_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    kv_transfer_failures_at_s: tuple[Annotated[float, Field(ge=0), seconds_bound()], ...] = ()
+    kv_transfer_timeout_s: Annotated[float, Field(gt=0), seconds_bound()] | None = None
     instance_outages: tuple[InstanceOutage, ...] = ()
     outage_policy: Literal["retry", "fail"] = "retry"
     max_retries: Annotated[int, Field(ge=0)] = 2

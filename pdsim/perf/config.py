@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import StrictModel, at_most, seconds_bound
 from pdsim.perf.architecture import DType, ModelArchitecture
 from pdsim.perf.hardware import HardwareSpec
 from pdsim.perf.kernels import DEFAULT_KERNELS, KernelFit
@@ -25,6 +25,7 @@ KERNEL_FIELDS = ("compute_efficiency", "gemm_half_tokens", "memory_efficiency",
                  "kernel_latency_s", "communication_efficiency", "collective_latency_s")
 
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False), seconds_bound()]
 Efficiency = Annotated[float, Field(gt=0, le=1)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -40,13 +41,14 @@ class SimpleStepTimeConfig(StrictModel):
     """
 
     kind: Literal["simple"] = "simple"
-    overhead_s: Annotated[float, Field(ge=0)] = 0.003
-    weights_floor_s: Annotated[float, Field(ge=0)] = 0.012
-    per_token_s: Annotated[float, Field(ge=0)] = 4.0e-5
-    per_context_token_s: Annotated[float, Field(ge=0)] = 2.0e-9
-    per_attention_pair_s: Annotated[float, Field(ge=0)] = 2.0e-12
-    drafter_floor_s: Annotated[float, Field(ge=0)] = 0.0006
-    drafter_token_cost_ratio: Annotated[float, Field(ge=0)] = 0.04
+    overhead_s: Annotated[float, Field(ge=0), seconds_bound()] = 0.003
+    weights_floor_s: Annotated[float, Field(ge=0), seconds_bound()] = 0.012
+    per_token_s: Annotated[float, Field(ge=0), seconds_bound()] = 4.0e-5
+    per_context_token_s: Annotated[float, Field(ge=0), seconds_bound()] = 2.0e-9
+    per_attention_pair_s: Annotated[float, Field(ge=0), seconds_bound()] = 2.0e-12
+    drafter_floor_s: Annotated[float, Field(ge=0), seconds_bound()] = 0.0006
+    drafter_token_cost_ratio: Annotated[float, Field(ge=0), at_most(
+        1000, "a drafter token costing more than 1,000 target tokens")] = 0.04
 
     @model_validator(mode="after")
     def _costs_time(self) -> SimpleStepTimeConfig:
@@ -144,15 +146,15 @@ class RooflineStepTimeConfig(StrictModel):
     compute_efficiency: Efficiency = DEFAULT_KERNELS.compute_efficiency
     gemm_half_tokens: NonNegFloat = DEFAULT_KERNELS.gemm_half_tokens
     memory_efficiency: Efficiency = DEFAULT_KERNELS.memory_efficiency
-    kernel_latency_s: NonNegFloat = DEFAULT_KERNELS.kernel_latency_s
+    kernel_latency_s: Seconds = DEFAULT_KERNELS.kernel_latency_s
     communication_efficiency: Efficiency = DEFAULT_KERNELS.communication_efficiency
-    collective_latency_s: NonNegFloat = DEFAULT_KERNELS.collective_latency_s
+    collective_latency_s: Seconds = DEFAULT_KERNELS.collective_latency_s
     kernels_from: str = ""
     attention_efficiency: Efficiency = 0.5
     moe_efficiency: Efficiency = 1.0
-    overhead_s: NonNegFloat = CPU_OVERHEAD_S
-    overhead_per_request_s: NonNegFloat = CPU_OVERHEAD_PER_REQUEST_S
-    drafter_pass_overhead_s: NonNegFloat = DRAFTER_PASS_OVERHEAD_S
+    overhead_s: Seconds = CPU_OVERHEAD_S
+    overhead_per_request_s: Seconds = CPU_OVERHEAD_PER_REQUEST_S
+    drafter_pass_overhead_s: Seconds = DRAFTER_PASS_OVERHEAD_S
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     runtime_reserve_gib: NonNegFloat = 2.0
 
@@ -279,8 +281,8 @@ class MeasuredStepTimeConfig(StrictModel):
     kind: Literal["measured"] = "measured"
     csv_path: str
     extrapolation: Literal["linear", "clamp"] = "linear"
-    mixed_overlap_s: NonNegFloat = 0.0
-    drafter_repair_token_s: NonNegFloat = 0.0
+    mixed_overlap_s: Seconds = 0.0
+    drafter_repair_token_s: Seconds = 0.0
 
     @property
     def parameter_provenance(self) -> str:

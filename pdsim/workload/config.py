@@ -19,6 +19,7 @@ from pdsim._model import (
     StrictModel,
     at_least,
     at_most,
+    seconds_bound,
 )
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -280,8 +281,8 @@ class _TraceBase(StrictModel):
     kind: Literal["mooncake", "azure"]
     path: Annotated[str, Field(min_length=1)]
     time_scale: PositiveFloat | None = None
-    target_rate_per_s: PositiveFloat | None = None
-    start_offset_s: NonNegFloat = 0.0
+    target_rate_per_s: Rate | None = None
+    start_offset_s: Annotated[NonNegFloat, seconds_bound()] = 0.0
     max_requests: RequestCount | None = None
     unsorted: Literal["error", "sort"] = "error"
     skip_zero_length: bool = False
@@ -327,7 +328,7 @@ class WorkloadConfig(StrictModel):
     """
 
     num_requests: RequestCount | None = 200
-    duration_s: PositiveFloat | None = None
+    duration_s: Annotated[PositiveFloat, seconds_bound()] | None = None
     arrivals: Arrivals = PoissonArrivals(rate_per_s=4.0)
     prompt_tokens: LengthDist = FixedLength(tokens=1024)
     output_tokens: LengthDist = FixedLength(tokens=256)
