@@ -67,6 +67,8 @@ def test_extreme_numbers_are_refused_or_simulated_soundly(sets: list[tuple[str, 
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+    for key, value in result.summary.as_dict().items():
+        assert not (isinstance(value, float) and math.isinf(value)), (overrides, key)
     for r in result.records:
         assert r["status"] in ("finished", "failed", "rejected"), (overrides, r["status"])
         if r["status"] == "finished":
