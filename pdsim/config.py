@@ -16,7 +16,7 @@ import math
 import numpy as np
 from pydantic import model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import MAX_BLOCKS, StrictModel
 from pdsim.config_sections import (
     EAGLE_FAMILY,
     STALE_KV_FIT,
@@ -245,6 +245,10 @@ class SimConfig(StrictModel):
             raise ConfigError(f"{path}.kv_cache_gib",
                               "give kv_cache_gib or scheduler.num_blocks (or use a roofline "
                               "step_time, which derives the KV pool from the hardware)")
+        if n > MAX_BLOCKS:  # a derived pool: the field's own bound covers a given one
+            raise ConfigError(f"{path}.kv_cache_gib", f"derives {n:,} KV blocks; at most "
+                              f"{MAX_BLOCKS:,} (block ids exact in 64-bit arithmetic): use a "
+                              f"smaller pool or a larger block_size")
         return n
 
     # -------------------------------------------------------------- validation

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import StrictModel, at_most
 from pdsim.perf.kernels import KernelFit
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -44,7 +44,8 @@ class HardwareSpec(StrictModel):
     name: str
     display_name: str = ""
     dense_tflops: dict[Precision, PositiveFloat]
-    hbm_capacity_gib: PositiveFloat
+    hbm_capacity_gib: Annotated[PositiveFloat, at_most(
+        2.0**20, "1 PiB per GPU; larger memories overflow the block count")]
     hbm_bandwidth_gb_per_s: PositiveFloat
     scale_up_bandwidth_gb_per_s: PositiveFloat
     scale_up_domain_gpus: PositiveInt = 8

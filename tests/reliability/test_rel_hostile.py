@@ -471,3 +471,33 @@ def test_import_metrics_snippets_load_in_pdsim(tmp_path: Path) -> None:
     snippet = yaml.safe_load(res.stdout[res.stdout.index("# measured"):])
     data = small({"speculative": snippet["speculative"]})
     assert load_config(data).speculative.acceptance.rates == (0.8, 0.5, 0.2)  # type: ignore[union-attr]
+
+
+def test_a_derived_pool_beyond_the_block_bound_is_refused() -> None:
+    mamba = {"model": {"layer_groups": [{"kind": "mamba", "num_layers": 4,
+                                         "state_bytes_per_layer": 4096}],
+                       "num_mtp_modules": 0},
+             "speculative": {"method": "none", "num_speculative_tokens": 0},
+             "cluster": {"decode": {"kv_cache_gib": 2**20,
+                                    "scheduler": {"num_blocks": None, "block_size": 1}}}}
+    with pytest.raises(ConfigError) as info:
+        load_config(small(mamba))
+    assert [m for p, m in info.value.issues if p == "cluster.decode.kv_cache_gib"] == [
+        "derives 1,125,899,906,842,624 KV blocks; at most 281,474,976,710,656 (block ids "
+        "exact in 64-bit arithmetic): use a smaller pool or a larger block_size"]
+
+
+def test_an_inline_hardware_memory_beyond_float_range_is_refused() -> None:
+    from pdsim.perf.profiles import load_hardware
+
+    spec = load_hardware("h200", "step_time.hardware").model_dump(mode="json")
+    data = yaml.safe_load(Path("configs/mtp3.yaml").read_text())
+    data["step_time"] = {"kind": "roofline", "model": "deepseek-v3",
+                         "tensor_parallel_size": 8, "hardware": spec}
+    data["cluster"]["decode"]["kv_cache_gib"] = None
+    load_config(data)  # the shipped H200 spec, inline: loads
+    spec["hbm_capacity_gib"] = 1e300
+    with pytest.raises(ConfigError) as info:
+        load_config(data)
+    assert any(p == "step_time.hardware.hbm_capacity_gib" and "at most 1,048,576" in m
+               for p, m in info.value.issues), info.value.issues
