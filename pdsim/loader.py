@@ -155,9 +155,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise InputFileError(str(p), None, "YAML nested too deeply") from None
     except YamlShapeError as exc:
         raise InputFileError(str(p), None, f"YAML {exc}") from None
-    if data is None:
-        raise InputFileError(str(p), None, "the file is empty (nothing but blanks or "
-                             "comments); a config needs at least one section (start from "
+    if data is None or data == {}:
+        raise InputFileError(str(p), None, "the file is empty (nothing but blanks, comments "
+                             "or {}); write at least one section (a config: start from "
                              "configs/mtp3.yaml)")
     if not isinstance(data, dict):
         raise InputFileError(str(p), 1, "the top level must be a mapping of sections")

@@ -131,7 +131,7 @@ def test_huge_integers_are_refused_with_their_place(tmp_path: Path, digits: int)
                  "error: workload.num_requests:", "too large")
 
 
-@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n"])
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n", "{}\n"])
 def test_an_empty_config_is_an_error(tmp_path: Path, text: str) -> None:
     (tmp_path / "c.yaml").write_text(text)
     for command in ("run", "show-config"):
