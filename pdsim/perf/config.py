@@ -30,6 +30,10 @@ Efficiency = Annotated[float, Field(gt=0, le=1)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
+# The least time a step of the simple model may cost: one nanosecond.
+MIN_STEP_S = 1e-9
+
+
 class SimpleStepTimeConfig(StrictModel):
     """A linear, memory-floor model good enough to run without hardware profiles.
 
@@ -54,10 +58,10 @@ class SimpleStepTimeConfig(StrictModel):
     def _costs_time(self) -> SimpleStepTimeConfig:
         # A step that costs no time lets the simulated clock stand still while work
         # repeats (a request preempted and readmitted forever): every step must cost some.
-        if self.overhead_s <= 0 and self.weights_floor_s <= 0:
-            raise ValueError("overhead_s and weights_floor_s are both 0, so a step could take "
-                             "no time and the simulated clock stand still; give either a "
-                             "positive value")
+        if self.overhead_s + self.weights_floor_s < MIN_STEP_S:
+            raise ValueError(f"overhead_s + weights_floor_s is below {MIN_STEP_S:g} s, so a "
+                             f"step could take (almost) no time and the simulated clock "
+                             f"stand still; give either a value of at least {MIN_STEP_S:g}")
         return self
 
     @property

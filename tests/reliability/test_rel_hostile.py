@@ -149,7 +149,10 @@ def test_an_all_zero_step_time_is_refused() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(small({"step_time": ZERO_STEP}))
     assert info.value.path == "step_time"
-    assert "overhead_s and weights_floor_s are both 0" in info.value.message
+    assert "overhead_s + weights_floor_s is below 1e-09 s" in info.value.message
+    tiny = {**ZERO_STEP, "overhead_s": 1e-300}  # steps too short to move the clock
+    with pytest.raises(ConfigError, match="below 1e-09 s"):
+        load_config(small({"step_time": tiny}))
 
 
 @pytest.mark.parametrize("dt", [float("nan"), -1.0])
