@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 # Engine-loop turns (steps, decode runs, scheduler retries) one engine may take at one
 # simulated instant before the run is called a livelock.
 MAX_ZERO_TIME_STEPS = 100_000
+# Upper bound on the steps without progress (see ``Instance._idle_step_limit``).
+MAX_IDLE_STEPS_CAP = 50_000_000
 
 
 def _reached_d(req: Request) -> tuple[float, int]:
@@ -127,6 +129,11 @@ class Instance:
         self.busy_s = 0.0
         self._zero_steps = 0  # loop turns in a row at one simulated instant
         self._last_turn_s = -1.0
+        self._idle_steps = 0  # steps in a row that decoded nothing and ended no prefill
+        # Prefilling every seat's longest prompt takes at most this many steps; a margin
+        # of many times that without a prefill ending or a token decoded is a livelock.
+        self._idle_step_limit = min(MAX_IDLE_STEPS_CAP, MAX_ZERO_TIME_STEPS + 4 * -(
+            -sched.max_num_seqs * cfg.model.max_model_len // sched.max_num_batched_tokens))
         # the scheduler owns the queues; the engine's intake and loop use them directly
         self.scheduler = Scheduler(self, sched)
         self.waiting = self.scheduler.waiting
@@ -279,6 +286,11 @@ class Instance:
             dt = self.step_model.step_time_s(plan.batch)
             if not dt >= 0:
                 self._stand_still(dt)
+            if plan.num_decode or any(req.num_computed + n >= req.seq_tokens
+                                      for req, n in plan.chunks):
+                self._idle_steps = 0
+            else:
+                self._no_progress()
             start = env.now
             epoch = self.epoch
             yield StepEnd(env, dt, self.step_priority)
@@ -286,6 +298,18 @@ class Instance:
                 continue  # the instance went down during the step: its work is lost
             self.busy_s += dt
             self._complete(plan, start)
+
+    def _no_progress(self) -> None:
+        """A step that ended no prefill and decoded nothing: work redone after a
+        preemption, or a chunk of a long prompt. Endless ones are a livelock (a request
+        preempted and readmitted forever while the clock creeps on)."""
+        self._idle_steps += 1
+        if self._idle_steps > self._idle_step_limit:
+            raise SimulationStalled(
+                f"{self.name}: {self._idle_step_limit:,} steps in a row at t = "
+                f"{self.env.now:.6g} s ended no prefill and decoded no token (requests "
+                f"preempted and readmitted without end); give the instance more KV blocks "
+                f"(scheduler.num_blocks or kv_cache_gib) or fewer max_num_seqs")
 
     def _stand_still(self, dt: float) -> None:
         """Another loop turn at the same instant (``dt`` 0), or a step time that is NaN or

@@ -162,6 +162,33 @@ def test_an_engine_turning_at_one_instant_forever_stops_clearly(
         simulate(load_config(small()))
 
 
+# Found by a random search (issue 17's livelock): a P with two seats, 64-token chunks and
+# 14 blocks under prefix caching, flooded at 1e6 requests/s; with 1 ns steps a request is
+# preempted and readmitted forever (with 1 us steps the same config finishes).
+LIVELOCK = {
+    "step_time": {**ZERO_STEP, "overhead_s": 1e-9},
+    "model": {"max_model_len": 200},
+    "cluster": {"prefill": {"scheduler": {
+        "max_num_seqs": 2, "max_num_batched_tokens": 64, "block_size": 16, "num_blocks": 14,
+        "enable_prefix_caching": True, "enable_chunked_prefill": True}},
+        "decode": {"scheduler": {"num_blocks": 40}}},
+    "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 1e6}},
+}
+
+
+def test_a_preemption_livelock_with_a_creeping_clock_stops_clearly() -> None:
+    t0 = time.perf_counter()
+    with pytest.raises(SimulationStalled, match="P0: 100,028 steps in a row") as info:
+        simulate(load_config(small(LIVELOCK)))
+    assert "ended no prefill and decoded no token" in str(info.value)
+    assert time.perf_counter() - t0 < 30
+
+
+def test_the_livelock_config_with_microsecond_steps_finishes() -> None:
+    slower = {**LIVELOCK, "step_time": {**ZERO_STEP, "overhead_s": 1e-6}}
+    assert len(simulate(load_config(small(slower))).records) == 30
+
+
 def test_zero_cost_steps_without_a_livelock_still_finish(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The guard counts turns at one instant, not zero-cost steps: free steps that make
