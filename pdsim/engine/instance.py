@@ -43,8 +43,10 @@ if TYPE_CHECKING:
 # Engine-loop turns (steps, decode runs, scheduler retries) one engine may take at one
 # simulated instant before the run is called a livelock.
 MAX_ZERO_TIME_STEPS = 100_000
-# Upper bound on the steps without progress (see ``Instance._idle_step_limit``).
+# Upper bound on the steps without progress (see ``Instance._idle_step_limit``), and the
+# mean step time below which such a streak is called a livelock rather than a wait.
 MAX_IDLE_STEPS_CAP = 50_000_000
+MIN_REAL_STEP_S = 1e-6
 
 
 def _reached_d(req: Request) -> tuple[float, int]:
@@ -130,6 +132,7 @@ class Instance:
         self._zero_steps = 0  # loop turns in a row at one simulated instant
         self._last_turn_s = -1.0
         self._idle_steps = 0  # steps in a row that decoded nothing and ended no prefill
+        self._idle_since_s = 0.0  # when that streak began
         # Prefilling every seat's longest prompt takes at most this many steps; a margin
         # of many times that without a prefill ending or a token decoded is a livelock.
         self._idle_step_limit = min(MAX_IDLE_STEPS_CAP, MAX_ZERO_TIME_STEPS + 4 * -(
@@ -289,6 +292,8 @@ class Instance:
             if plan.num_decode or any(req.num_computed + n >= req.seq_tokens
                                       for req, n in plan.chunks):
                 self._idle_steps = 0
+            elif self._idle_steps == 0:
+                self._idle_steps, self._idle_since_s = 1, env.now
             else:
                 self._no_progress()
             start = env.now
@@ -300,16 +305,24 @@ class Instance:
             self._complete(plan, start)
 
     def _no_progress(self) -> None:
-        """A step that ended no prefill and decoded nothing: work redone after a
-        preemption, or a chunk of a long prompt. Endless ones are a livelock (a request
-        preempted and readmitted forever while the clock creeps on)."""
+        """Another step that ended no prefill and decoded nothing: work redone after a
+        preemption (a request readmitted while it waits for blocks a transfer or a lease
+        holds), or a chunk of a long prompt. Fine at any real step cost; with steps of
+        under a microsecond the wait takes millions of them (or, at 0 s, forever)."""
         self._idle_steps += 1
-        if self._idle_steps > self._idle_step_limit:
-            raise SimulationStalled(
-                f"{self.name}: {self._idle_step_limit:,} steps in a row at t = "
-                f"{self.env.now:.6g} s ended no prefill and decoded no token (requests "
-                f"preempted and readmitted without end); give the instance more KV blocks "
-                f"(scheduler.num_blocks or kv_cache_gib) or fewer max_num_seqs")
+        if self._idle_steps <= self._idle_step_limit:
+            return
+        elapsed = self.env.now - self._idle_since_s
+        if elapsed >= self._idle_steps * MIN_REAL_STEP_S:  # real steps: keep going
+            self._idle_steps, self._idle_since_s = 1, self.env.now
+            return
+        raise SimulationStalled(
+            f"{self.name}: {self._idle_steps - 1:,} steps in a row up to t = "
+            f"{self.env.now:.6g} s ended no prefill and decoded no token while the clock "
+            f"moved {elapsed:.3g} s (under {MIN_REAL_STEP_S:g} s a step): requests are "
+            f"preempted and readmitted while they wait for KV blocks a transfer or a lease "
+            f"holds, and steps this cheap make the wait endless; give step_time costs of "
+            f"at least {MIN_REAL_STEP_S:g} s a step")
 
     def _stand_still(self, dt: float) -> None:
         """Another loop turn at the same instant (``dt`` 0), or a step time that is NaN or

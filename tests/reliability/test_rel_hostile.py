@@ -189,6 +189,18 @@ def test_the_livelock_config_with_microsecond_steps_finishes() -> None:
     assert len(simulate(load_config(small(slower))).records) == 30
 
 
+def test_waits_of_real_steps_are_not_called_a_livelock(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle streaks far past the step limit, of 1 ms steps (P waits for D to read the KV
+    that fills its pool): a wait, not a livelock. With a limit of 3 steps, 1 ms steps
+    finish and 1 ns steps stop."""
+    monkeypatch.setattr(instance_mod, "MAX_IDLE_STEPS_CAP", 3)
+    real = {**LIVELOCK, "step_time": {**ZERO_STEP, "overhead_s": 1e-3}}
+    assert len(simulate(load_config(small(real))).records) == 30
+    with pytest.raises(SimulationStalled, match="P0: 3 steps in a row"):
+        simulate(load_config(small(LIVELOCK)))
+
+
 def test_zero_cost_steps_without_a_livelock_still_finish(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The guard counts turns at one instant, not zero-cost steps: free steps that make
