@@ -105,6 +105,9 @@ def register(app: typer.Typer) -> None:
         base = apply_base_overrides(base, spec.base_overrides)
         if set_ or seed is not None:
             base = load_config(base.model_dump(mode="json"), set_ or [], seed=seed)
+        from pdsim.run_folder import prepare_out_dir
+
+        prepare_out_dir(out)  # before any point is simulated
         run = SweepRun(base, spec.expand())
         keys = list(dict.fromkeys(k for p in run.points for k in p.params))
 

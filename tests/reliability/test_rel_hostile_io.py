@@ -34,6 +34,13 @@ def test_out_that_is_a_file_under_a_file_or_uncreatable_is_refused_before_the_ru
         assert time.perf_counter() - t0 < 3  # refused before simulating 300 requests
 
 
+def test_sweep_out_under_a_file_is_refused_before_any_point(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    assert_error(["sweep", "configs/mtp3.yaml", "--grid", "seed=1,2", "--out",
+                  str(tmp_path / "afile" / "x")], "is a file, so nothing can be written")
+    assert (tmp_path / "afile").read_text() == "x"
+
+
 def _write_small_run(out: Path) -> None:
     from pdsim.writers import write_run
 
