@@ -41,6 +41,16 @@ def prepare_out_dir(path: str | Path) -> Path:
     return p
 
 
+def prepare_out_file(path: str | Path) -> Path:
+    """Check, before the work, that a single output file can go to ``path``: not a
+    folder, and its folder can be made (``OutputError`` otherwise)."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutputError(p, "is a folder; give a file name")
+    prepare_out_dir(p.parent)
+    return p
+
+
 def begin_folder(out: Path) -> None:
     """Mark ``out`` incomplete (its manifest removed) before a run writes into it: a reader
     never takes a folder a rerun left half-written for a finished run."""

@@ -41,6 +41,14 @@ def test_sweep_out_under_a_file_is_refused_before_any_point(tmp_path: Path) -> N
     assert (tmp_path / "afile").read_text() == "x"
 
 
+def test_calibrate_out_that_is_a_folder_is_refused_before_the_fit(tmp_path: Path) -> None:
+    t0 = time.perf_counter()
+    assert_error(["calibrate", "configs/mtp3.yaml", "--against",
+                  "examples/real/bench_result.json", "--out", str(tmp_path)],
+                 f"error: {tmp_path}: is a folder; give a file name")
+    assert time.perf_counter() - t0 < 5
+
+
 def _write_small_run(out: Path) -> None:
     from pdsim.writers import write_run
 
