@@ -17,7 +17,9 @@ from pdsim.commands._shared import (
     configure_logging,
     console,
     err_console,
+    interrupt_exit_code,
     load,
+    sigterm_as_interrupt,
     simulation_progress,
     user_errors,
 )
@@ -64,7 +66,8 @@ def run(
         help="Write here: summary.json, requests.csv (and requests.parquet with pyarrow), "
              "bench_result.json (vllm bench serve --save-result form), timeseries.csv, "
              "config.resolved.yaml; with --plots the PNG plots, with --timeline "
-             "timeline.json.")] = None,
+             "timeline.json, with --report report.html; manifest.json last (the run and "
+             "every file's SHA-256).")] = None,
     plots: Annotated[bool, typer.Option(help="Also write PNG plots to --out.")] = False,
     timeline: Annotated[bool, typer.Option(
         help="Also write a Perfetto/Chrome trace (timeline.json) to --out.")] = False,
@@ -78,16 +81,24 @@ def run(
     from pdsim.simulation import Simulation
 
     cfg = load(config, set_, seed)
-    sim = Simulation(cfg)
+    if out is not None:
+        from pdsim.run_folder import prepare_out_dir
+
+        prepare_out_dir(out)  # before the work, not after it
     prog, update = simulation_progress()
-    interrupted = False
-    with prog:
+    interrupted = 0
+    with sigterm_as_interrupt():
         try:
-            res = sim.run(progress=update)
-        except KeyboardInterrupt:
-            interrupted = True
-            res = sim.finalize()
-            res.partial = True
+            sim = Simulation(cfg)
+        except KeyboardInterrupt as exc:  # nothing simulated yet: nothing to keep
+            raise typer.Exit(interrupt_exit_code(exc)) from None
+        with prog:
+            try:
+                res = sim.run(progress=update)
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep what finished
+                interrupted = interrupt_exit_code(exc)
+                res = sim.finalize()
+                res.partial = True
     if out is not None:
         from pdsim.writers import write_run
 
@@ -106,7 +117,7 @@ def run(
         if out is not None:
             console.print(f"wrote {out}/")
     if interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(interrupted)
 
 
 @app.command()
@@ -137,6 +148,10 @@ def compare(
         raise PdsimError("speculative.method: none: without a drafter the fix changes "
                          "nothing, so before and after are the same run; compare a config "
                          "with speculation (or add --colocated for P/D against colocated)")
+    if out is not None:
+        from pdsim.run_folder import prepare_out_dir
+
+        prepare_out_dir(out)
     prog, update = simulation_progress()
     with prog:
         cmp = run_compare(cfg, colocated=colocated, progress=update)

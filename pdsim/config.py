@@ -16,7 +16,7 @@ import math
 import numpy as np
 from pydantic import model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import MAX_BLOCKS, StrictModel
 from pdsim.config_sections import (
     EAGLE_FAMILY,
     STALE_KV_FIT,
@@ -224,6 +224,13 @@ class SimConfig(StrictModel):
                  + _max_tokens(w.output_tokens, synthetic, self.model.max_model_len))
         return min(self.model.max_model_len, total)
 
+    def admission_room_tokens(self, role: Role) -> int:
+        """KV slots an instance of ``role`` reserves past a request's tokens when it checks
+        that the request fits its pool: the sampled token, and on D (or colocated) the
+        drafts. The engine's admission check and the config's capacity check both use it."""
+        n_spec = self.speculative.num_speculative_tokens if role is not Role.PREFILL else 0
+        return 1 + n_spec
+
     def num_blocks(self, role: Role) -> int:
         """KV blocks of one instance of ``role``: given, from ``kv_cache_gib``, or derived
         from the hardware's memory (roofline step time). Raises ``ConfigError``."""
@@ -251,6 +258,10 @@ class SimConfig(StrictModel):
             raise ConfigError(f"{path}.kv_cache_gib",
                               "give kv_cache_gib or scheduler.num_blocks (or use a roofline "
                               "step_time, which derives the KV pool from the hardware)")
+        if n > MAX_BLOCKS:  # a derived pool: the field's own bound covers a given one
+            raise ConfigError(f"{path}.kv_cache_gib", f"derives {n:,} KV blocks; at most "
+                              f"{MAX_BLOCKS:,} (block ids exact in 64-bit arithmetic): use a "
+                              f"smaller pool or a larger block_size")
         return n
 
     # -------------------------------------------------------------- validation
@@ -299,15 +310,18 @@ class SimConfig(StrictModel):
                         or _max_tokens(self.workload.output_tokens, True, -1) < 0):
                     continue
 
-                need = self.kv_layout(sched.block_size).blocks_for(longest)
+                room = self.admission_room_tokens(role)
+                need = self.kv_layout(sched.block_size).blocks_for(longest + room)
                 if need > blocks:
                     where = ("scheduler.num_blocks" if sched.num_blocks is not None
                              else "kv_cache_gib")
+                    spec = " + num_speculative_tokens" if room > 1 else ""
                     issues.append((f"{path}.{where}",
                                    f"the KV pool ({blocks} blocks of {sched.block_size} "
                                    f"tokens) cannot hold one maximum-length request "
-                                   f"({longest} tokens, {need} blocks; capped by "
-                                   f"model.max_model_len {m.max_model_len})"))
+                                   f"({longest} tokens, capped by model.max_model_len "
+                                   f"{m.max_model_len}, and the {room} slot(s) it reserves "
+                                   f"at admission: 1{spec}; {need} blocks)"))
             if role is not Role.PREFILL and sched.max_num_batched_tokens < (
                     sched.max_num_seqs * n_query):
                 issues.append((f"{path}.scheduler.max_num_batched_tokens",
@@ -348,6 +362,7 @@ class SimConfig(StrictModel):
             if d.link is not None and (c.mode == "colocated" or d.link not in links):
                 issues.append((f"faults.link_degradations.{i}.link",
                                f"no link {d.link!r}; links: {', '.join(sorted(links)) or 'none'}"))
+        issues.extend(self.faults.overlap_issues())
         if issues:
             raise ConfigError("", issues=issues)
         return self

@@ -217,6 +217,11 @@ def _json_key(key: Any) -> bool:
             or (isinstance(key, float) and math.isfinite(key)))
 
 
+def deepest_path(data: Any) -> str:
+    """The dotted path to the most deeply nested value of ``data`` (see ``_deepest_path``)."""
+    return _dotted(_deepest_path(data))
+
+
 def _deepest_path(data: Any) -> list[Any]:
     """The path to the most deeply nested value, cut after the first key that is not a
     config field (where the nesting leaves the schema)."""

@@ -11,10 +11,25 @@ from typing import Annotated, Literal, NamedTuple
 import numpy as np
 from pydantic import Field, model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import (
+    MAX_BATCH_SEQS,
+    MAX_BLOCKS,
+    MAX_INSTANCES,
+    MAX_KV_CACHE_GIB,
+    MAX_TOKENS,
+    MIN_BANDWIDTH_GB_PER_S,
+    StrictModel,
+    at_least,
+    at_most,
+    seconds_bound,
+)
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
+_TOKENS_WHY = "pdsim keeps token counts well inside 64-bit arrays"
+TokenCount = Annotated[int, Field(ge=1), at_most(MAX_TOKENS, _TOKENS_WHY)]
+_BYTES_WHY = "KV byte counts of a maximum-length request stay inside 64-bit integers"
+LayerBytes = Annotated[int, Field(ge=0), at_most(2**20, _BYTES_WHY)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
 Probability = Annotated[float, Field(ge=0, le=1)]
@@ -42,13 +57,13 @@ class LayerGroup(StrictModel):
     kind: Literal["attention", "sliding_window", "mamba"] = "attention"
     """attention (per-token KV), sliding_window (last window_tokens only) or mamba (a recurrent
     state per request)."""
-    num_layers: PositiveInt
+    num_layers: Annotated[int, Field(ge=1), at_most(2**16, _BYTES_WHY)]
     """Layers in this group."""
-    kv_bytes_per_token_per_layer: NonNegInt = 0
+    kv_bytes_per_token_per_layer: LayerBytes = 0
     """KV bytes one token occupies in one layer (0 for mamba)."""
-    window_tokens: PositiveInt | None = None
+    window_tokens: TokenCount | None = None
     """Sliding window in tokens (sliding_window groups only)."""
-    state_bytes_per_layer: NonNegInt = 0
+    state_bytes_per_layer: Annotated[int, Field(ge=0), at_most(2**30, _BYTES_WHY)] = 0
     """Recurrent-state bytes per request per layer (mamba groups)."""
 
     @model_validator(mode="after")
@@ -78,11 +93,11 @@ class ModelConfig(StrictModel):
         LayerGroup(num_layers=61, kv_bytes_per_token_per_layer=1152),
     )
     """The target model's layers, grouped by KV layout."""
-    num_mtp_modules: NonNegInt = 0
+    num_mtp_modules: Annotated[int, Field(ge=0), at_most(64, "drafts per step")] = 0
     """MTP modules the model ships (0: none)."""
-    mtp_kv_bytes_per_token_per_module: NonNegInt = 1152
+    mtp_kv_bytes_per_token_per_module: LayerBytes = 1152
     """KV bytes one token occupies in one MTP module."""
-    max_model_len: PositiveInt = 131072
+    max_model_len: TokenCount = 131072
     """Longest sequence (prompt + output) in tokens."""
 
     @property
@@ -185,20 +200,16 @@ class StaleKVConfig(StrictModel):
     null: no decay."""
     residual_guess_accuracy: Probability = 0.9774
     """Probability each of P's guesses of a prompt token past a truncated prompt end is right."""
-    unverified_draft_slots: bool = Field(True, description=(
-        "P's final chunk leaves slots computed from its unverified drafts in the MTP KV it "
-        "hands to D (the mechanism PR #55055 fixed)."))
-    """Count slots P wrote from unverified drafts as stale when a guess they depend on was wrong
-    (ablation switch)."""
-    reprefill_cache_shortfall: bool = Field(True, description=(
-        "Inference from the kernels: D's multi-module re-prefill cache starts with only the "
-        "entries its own final chunk wrote, so a large early rejection re-prefills some "
-        "positions from garbage."))
-    """Count slots the drafter's cache lacks after D's re-prefill as stale (ablation switch)."""
-    garbage_into_every_module: bool = Field(True, description=(
-        "Inference from the kernels: a re-prefill from garbage writes stale slots into every "
-        "module, module 0 included (False: modules 1..N-1 only)."))
-    """A stale slot in one module feeds garbage into every later module (ablation switch)."""
+    unverified_draft_slots: bool = True
+    """Rule 1 (PR #55055's mechanism): P's final chunk leaves slots computed from its
+    unverified drafts in the MTP KV it hands to D. False: an ablation without it."""
+    reprefill_cache_shortfall: bool = True
+    """Rule 2, an inference from the kernels: D's multi-module re-prefill cache starts with only
+    the entries its own final chunk wrote, so a large early rejection re-prefills some positions
+    from garbage. False: the cache starts full (ablation)."""
+    garbage_into_every_module: bool = True
+    """Rule 3, an inference from the kernels: a re-prefill from garbage writes stale slots into
+    every module, module 0 included. False: modules 1..N-1 only (ablation)."""
 
 
 class StaleKVFit(NamedTuple):
@@ -227,7 +238,7 @@ class SpeculativeConfig(StrictModel):
 
     method: SpecMethod = "none"
     """Drafter method, as vLLM names it (none turns speculation off)."""
-    num_speculative_tokens: NonNegInt = 0
+    num_speculative_tokens: Annotated[int, Field(ge=0), at_most(64, "drafts per step")] = 0
     """Drafts proposed per decode step (N)."""
     acceptance: Acceptance = ConstantAcceptance(rate=0.0)
     """How often drafts are accepted: per_position, conditional or constant rates."""
@@ -258,17 +269,19 @@ class SpeculativeConfig(StrictModel):
 class SchedulerConfig(StrictModel):
     """vLLM-v1-style scheduler limits of one instance."""
 
-    max_num_seqs: PositiveInt = 128
+    max_num_seqs: Annotated[int, Field(ge=1), at_most(
+        MAX_BATCH_SEQS, "a batch's rows are arrays of this length")] = 128
     """Most requests in one step's batch (vLLM --max-num-seqs)."""
-    max_num_batched_tokens: PositiveInt = 8192
+    max_num_batched_tokens: TokenCount = 8192
     """Most tokens in one step (vLLM --max-num-batched-tokens)."""
-    block_size: PositiveInt = 64
+    block_size: TokenCount = 64
     """Tokens per KV block."""
-    num_blocks: PositiveInt | None = None
+    num_blocks: Annotated[int, Field(ge=1), at_most(
+        MAX_BLOCKS, "block ids stay exact in 64-bit arithmetic")] | None = None
     """KV blocks in the pool; null: derived from kv_cache_gib (or the hardware's free memory)."""
     enable_chunked_prefill: bool = True
     """Split long prompts over steps (vLLM --enable-chunked-prefill)."""
-    long_prefill_token_threshold: PositiveInt | None = None
+    long_prefill_token_threshold: TokenCount | None = None
     """Most prompt tokens one request may prefill per step; null: no limit."""
     enable_prefix_caching: bool = False
     """Reuse KV blocks of shared prompt prefixes (vLLM --enable-prefix-caching)."""
@@ -282,11 +295,14 @@ class InstanceGroupConfig(StrictModel):
     hardware's memory leaves after the weights.
     """
 
-    count: NonNegInt = 1
+    count: Annotated[int, Field(ge=0), at_most(
+        MAX_INSTANCES, "each instance is simulated step by step")] = 1
     """Identical instances in this group."""
     scheduler: SchedulerConfig = SchedulerConfig()
     """Scheduler limits of each instance."""
-    kv_cache_gib: PositiveFloat | None = None
+    kv_cache_gib: Annotated[float, Field(gt=0), at_most(
+        MAX_KV_CACHE_GIB, "1 PiB per instance; larger pools overflow the block count")
+    ] | None = None
     """KV memory per instance in GiB; null with a roofline step time: what the GPU memory leaves
     after the weights."""
 
@@ -329,13 +345,14 @@ class ConnectorConfig(StrictModel):
 
     transfer_mode: Literal["pull", "push"] = "pull"
     """pull: D reads P's blocks after a read handshake; push: P writes into blocks D registered."""
-    link_bandwidth_gb_per_s: PositiveFloat = 7.0
+    link_bandwidth_gb_per_s: Annotated[float, Field(gt=0), at_least(
+        MIN_BANDWIDTH_GB_PER_S, "1 KB/s; slower links make transfers outlast any run")] = 7.0
     """Bandwidth of one P->D link in GB/s (1e9 bytes), shared equally by concurrent transfers."""
-    setup_latency_s: NonNegFloat = 0.002
+    setup_latency_s: Annotated[NonNegFloat, seconds_bound()] = 0.002
     """Fixed time before a transfer starts moving bytes, in seconds."""
-    handshake_s: NonNegFloat = 0.001
+    handshake_s: Annotated[NonNegFloat, seconds_bound()] = 0.001
     """Read handshake before a pull transfer, in seconds."""
-    kv_lease_s: PositiveFloat = 30.0
+    kv_lease_s: Annotated[PositiveFloat, seconds_bound()] = 30.0
     """How long P keeps a finished request's blocks for D to read, in seconds."""
     prefill_backoff: Literal["auto", "off"] = "auto"
     """auto: after vLLM PR #55055 (P leaves the drafter's lookahead for D to recompute); off:
@@ -354,9 +371,9 @@ class RouterConfig(StrictModel):
 class SLOConfig(StrictModel):
     """Latency targets; a request meets the SLO when both its TTFT and TPOT do."""
 
-    ttft_s: PositiveFloat | None = None
+    ttft_s: Annotated[PositiveFloat, seconds_bound()] | None = None
     """Time-to-first-token target in seconds; null: none."""
-    tpot_s: PositiveFloat | None = None
+    tpot_s: Annotated[PositiveFloat, seconds_bound()] | None = None
     """Time-per-output-token target in seconds; null: none."""
     percentile: Annotated[float, Field(gt=0, le=100)] = 90.0
     """Percentile of TTFT and of TPOT that is held against the targets."""

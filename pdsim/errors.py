@@ -26,6 +26,24 @@ class ConfigError(PdsimError):
         super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in issues))
 
 
+class RequestSpecsError(PdsimError):
+    """Request specs (from any source: synthetic, a trace, a benchmark, the API) that no
+    run can serve: a NaN, negative or unsorted arrival, a length out of range."""
+
+
+class SimulationStalled(PdsimError):
+    """The simulated clock stood still: an engine repeated steps that cost no time."""
+
+
+class OutputError(PdsimError):
+    """An output path pdsim cannot write: ``path: reason``."""
+
+    def __init__(self, path: str | Path, message: str) -> None:
+        self.path = str(path)
+        self.message = message
+        super().__init__(f"{path}: {message}")
+
+
 class InputFileError(PdsimError):
     """A problem in an input file, located by file name and line (and column)."""
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import StrictModel, seconds_bound
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,9 +25,9 @@ class InstanceOutage(StrictModel):
 
     instance: str
     """Instance name, e.g. D0, P1, C0."""
-    start_s: Annotated[float, Field(ge=0)]
+    start_s: Annotated[float, Field(ge=0), seconds_bound()]
     """When the outage starts, in simulated seconds."""
-    end_s: Annotated[float, Field(gt=0)]
+    end_s: Annotated[float, Field(gt=0), seconds_bound()]
     """When the instance is back, in simulated seconds."""
 
     @model_validator(mode="after")
@@ -42,9 +42,9 @@ class LinkDegradation(StrictModel):
 
     link: str | None = None
     """Link name, e.g. P0->D0; null: every link."""
-    start_s: Annotated[float, Field(ge=0)]
+    start_s: Annotated[float, Field(ge=0), seconds_bound()]
     """When the degradation starts, in simulated seconds."""
-    end_s: Annotated[float, Field(gt=0)]
+    end_s: Annotated[float, Field(gt=0), seconds_bound()]
     """When it ends, in simulated seconds."""
     bandwidth_factor: Annotated[float, Field(gt=0, le=1)]
     """Fraction of the link's bandwidth left during the interval."""
@@ -74,9 +74,9 @@ class FaultsConfig(StrictModel):
 
     kv_transfer_failure_probability: Annotated[float, Field(ge=0, le=1)] = 0.0
     """Probability each KV transfer fails when it starts moving."""
-    kv_transfer_failures_at_s: tuple[Annotated[float, Field(ge=0)], ...] = ()
+    kv_transfer_failures_at_s: tuple[Annotated[float, Field(ge=0), seconds_bound()], ...] = ()
     """At each of these times (seconds) the next transfer to start fails."""
-    kv_transfer_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    kv_transfer_timeout_s: Annotated[float, Field(gt=0), seconds_bound()] | None = None
     """A transfer still moving after this many seconds is cancelled as failed; null: no timeout."""
     instance_outages: tuple[InstanceOutage, ...] = ()
     """Intervals during which an instance is down."""
@@ -93,11 +93,45 @@ class FaultsConfig(StrictModel):
                     or self.kv_transfer_timeout_s is not None or self.instance_outages
                     or self.link_degradations)
 
+    def overlap_issues(self) -> list[tuple[str, str]]:
+        """``(path, message)`` for each outage or degradation that overlaps (or touches)
+        an earlier one of the same instance or link: their start and end events would
+        interleave and the last to fire would win (an instance "back up" inside a longer
+        outage), so they are refused; write the union as one interval instead."""
+        issues: list[tuple[str, str]] = []
+        outages = self.instance_outages
+        for j, b in enumerate(outages):
+            for i, a in enumerate(outages[:j]):
+                if a.instance == b.instance and _meet(a.start_s, a.end_s, b.start_s, b.end_s):
+                    issues.append((f"faults.instance_outages.{j}",
+                                   f"overlaps outage {i} of {a.instance} ({a.start_s:g}.."
+                                   f"{a.end_s:g} s); write one outage from "
+                                   f"{min(a.start_s, b.start_s):g} to "
+                                   f"{max(a.end_s, b.end_s):g} s instead"))
+                    break
+        degs = self.link_degradations
+        for j, d in enumerate(degs):
+            for i, e in enumerate(degs[:j]):
+                same = e.link is None or d.link is None or e.link == d.link
+                if same and _meet(e.start_s, e.end_s, d.start_s, d.end_s):
+                    issues.append((f"faults.link_degradations.{j}",
+                                   f"overlaps degradation {i} on "
+                                   f"{e.link or 'every link'} ({e.start_s:g}..{e.end_s:g} s); "
+                                   f"split them into intervals that do not overlap, each "
+                                   f"with its own bandwidth_factor"))
+                    break
+        return issues
+
     def scheduled_times_s(self) -> list[float]:
         """Every time at which a scheduled fault starts or ends, sorted."""
         times = [t for o in self.instance_outages for t in (o.start_s, o.end_s)]
         times += [t for d in self.link_degradations for t in (d.start_s, d.end_s)]
         return sorted(times)
+
+
+def _meet(a0: float, a1: float, b0: float, b1: float) -> bool:
+    """Whether [a0, a1] and [b0, b1] share a point (touching ends included)."""
+    return a0 <= b1 and b0 <= a1
 
 
 class FaultState:

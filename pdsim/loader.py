@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from pdsim.config import SimConfig
-from pdsim.config_errors import unrepresentable, validation_issues
+from pdsim.config_errors import deepest_path, unrepresentable, validation_issues
 from pdsim.errors import ConfigError, InputFileError, read_text_file
 
 
@@ -57,10 +57,84 @@ def _construct_unique_mapping(loader: _Yaml12Loader, node: yaml.MappingNode,
 
 _Yaml12Loader.add_constructor("tag:yaml.org,2002:map", _construct_unique_mapping)
 
+# Integers beyond a signed 64-bit value hold no count or size pdsim can use; longer than
+# Python's 4,300-digit conversion limit they would not even parse.
+_MAX_INT_DIGITS = 19
+
+
+def _construct_bounded_int(loader: _Yaml12Loader, node: yaml.ScalarNode) -> Any:
+    digits = sum(ch.isdigit() for ch in str(node.value))
+    if digits > _MAX_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {digits} digits is too large (pdsim's counts and "
+            f"sizes stay below 2^63)", node.start_mark)
+    value = yaml.SafeLoader.construct_yaml_int(loader, node)
+    if isinstance(value, int) and abs(value) >= 2**63:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"integer {value} is too large (pdsim's counts and sizes stay "
+            f"below 2^63)", node.start_mark)
+    return value
+
+
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _construct_bounded_int)
+
+# Aliases share one parsed value; expanded, a few lines can stand for billions of values
+# ("billion laughs"). A config is a few hundred values, nested a few levels.
+MAX_YAML_VALUES = 1_000_000
+MAX_YAML_DEPTH = 100
+
+
+class YamlShapeError(ValueError):
+    """YAML that parses but is too big once its aliases are expanded, or nested too deep
+    (``too_deep``)."""
+
+    def __init__(self, message: str, too_deep: bool = False) -> None:
+        super().__init__(message)
+        self.too_deep = too_deep
+
+
+def check_yaml_shape(data: Any) -> None:
+    """Raise ``YamlShapeError`` if ``data`` holds more than ``MAX_YAML_VALUES`` values with
+    every alias expanded, or nests lists and mappings deeper than ``MAX_YAML_DEPTH``.
+
+    Iterative and memoized per shared object, so a bomb is measured without expanding it
+    (and a cycle, reported later as a value a config cannot hold, ends the walk)."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)] if isinstance(data, dict | list) else []
+    while stack:
+        node, done = stack.pop()
+        children = list(node.values()) if isinstance(node, dict) else node
+        key = id(node)
+        if done:
+            open_.discard(key)
+            kids = [c for c in children if isinstance(c, dict | list)]
+            size[key] = 1 + len(children) - len(kids) + sum(size.get(id(c), 1) for c in kids)
+            depth[key] = 1 + max((depth.get(id(c), 1) for c in kids), default=0)
+            if size[key] > MAX_YAML_VALUES:
+                raise YamlShapeError(
+                    f"more than {MAX_YAML_VALUES:,} values once its aliases are expanded "
+                    f"(an alias bomb?); a config needs a few hundred")
+            if depth[key] > MAX_YAML_DEPTH:
+                raise YamlShapeError(f"nested more than {MAX_YAML_DEPTH} levels deep", True)
+            continue
+        if key in size or key in open_:
+            continue
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children
+                     if isinstance(c, dict | list) and id(c) not in size)
+
 
 def parse_yaml(text: str) -> Any:
-    """Parse YAML text with YAML 1.2 booleans (``on``/``off``/``yes``/``no`` are strings)."""
-    return yaml.load(text, Loader=_Yaml12Loader)
+    """Parse YAML text with YAML 1.2 booleans (``on``/``off``/``yes``/``no`` are strings).
+
+    Raises ``YamlShapeError`` for an alias bomb or nesting deeper than ``MAX_YAML_DEPTH``
+    (``RecursionError`` when the parser itself gives up on the nesting)."""
+    data = yaml.load(text, Loader=_Yaml12Loader)
+    check_yaml_shape(data)
+    return data
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -79,8 +153,12 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise InputFileError(str(p), None, f"YAML error: {exc}") from None
     except RecursionError:
         raise InputFileError(str(p), None, "YAML nested too deeply") from None
-    if data is None:
-        return {}
+    except YamlShapeError as exc:
+        raise InputFileError(str(p), None, f"YAML {exc}") from None
+    if data is None or data == {}:
+        raise InputFileError(str(p), None, "the file is empty (nothing but blanks, comments "
+                             "or {}); write at least one section (a config: start from "
+                             "configs/mtp3.yaml)")
     if not isinstance(data, dict):
         raise InputFileError(str(p), 1, "the top level must be a mapping of sections")
     return data
@@ -96,8 +174,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(key, "an override key must be a non-empty dotted path")
     try:
         value = parse_yaml(raw) if raw.strip() else ""
+    except yaml.constructor.ConstructorError as exc:
+        raise ConfigError(key.strip(), f"{exc.problem}") from None
     except yaml.YAMLError:
         value = raw
+    except RecursionError:
+        raise ConfigError(key.strip(), f"the value is nested more than {MAX_YAML_DEPTH} "
+                          f"levels deep") from None
+    except YamlShapeError as exc:
+        raise ConfigError(key.strip(), f"the value has {exc}") from None
     return parts, value
 
 
@@ -185,7 +270,16 @@ def load_config(source: str | Path | Mapping[str, Any],
 
     Raises ``ConfigError`` or ``InputFileError``; never another exception for bad input.
     """
-    data = dict(source) if isinstance(source, Mapping) else read_yaml(source)
+    if isinstance(source, Mapping):
+        try:
+            check_yaml_shape(source)
+        except YamlShapeError as exc:
+            if exc.too_deep:
+                raise ConfigError(deepest_path(source), "nested too deeply") from None
+            raise ConfigError("", f"the config has {exc}") from None
+        data = dict(source)
+    else:
+        data = read_yaml(source)
     data = apply_overrides(data, overrides)
     if seed is not None:
         data["seed"] = seed

@@ -39,6 +39,7 @@ from pdsim.plot_style import label as _label
 from pdsim.plot_style import note as _note
 from pdsim.plot_style import style_series as _style_series
 from pdsim.plot_style import title as _title
+from pdsim.run_folder import check_folder
 from pdsim.sweep_figures import is_sweep_dir, write_sweep_plots
 from pdsim.timeseries import bin_edges, output_tokens_integral, throughput_bins
 
@@ -421,6 +422,7 @@ def plot_result_dir(result_dir: str | Path, out: str | Path | None = None) -> li
     target = Path(out) if out is not None else d
     files = []
     if has_run:
+        check_folder(d)
         files += write_run_figures(read_run_dir(d), target)
     if has_cmp:
         files += write_comparison_figures(read_compare_json(d / "compare.json"), target)

@@ -6,10 +6,13 @@
 - ``config.resolved.yaml``: the config as run, derived values as comments.
 - ``timeseries.csv``: per-instance and per-link time-weighted series (KV usage, queues,
   running batch, link bandwidth), for ``pdsim plot``.
+- ``manifest.json``, written last: the run (name, seed, config hash, partial) and the
+  SHA-256 of every file above; a folder without it was left incomplete (``run_folder``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +21,7 @@ from pdsim.loader import derived_values, dump_config
 from pdsim.output import records_csv, write_atomic, write_json, write_parquet
 from pdsim.realdata.bench_synthesis import run_bench_result
 from pdsim.results import RECORD_FIELDS, Results
+from pdsim.run_folder import begin_folder, finish_folder, prepare_out_dir
 from pdsim.timeseries import write_timeseries
 
 if TYPE_CHECKING:
@@ -37,24 +41,34 @@ def summary_document(res: Results) -> dict[str, object]:
 
 
 def write_run(res: Results, out: Path, plots: bool = False, timeline: bool = False) -> None:
-    """Write a run's files to ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "config.resolved.yaml", dump_config(res.config)
-                 + "".join(f"# {k}: {v}\n" for k, v in derived_values(res.config).items()))
-    write_atomic(out / "requests.csv", records_csv(res.records, RECORD_FIELDS))
-    write_parquet(out / "requests.parquet", res.records, RECORD_FIELDS)
-    # vLLM json.dumps its float burstiness: constant gaps (infinite) read ``Infinity``
-    write_json(out / "bench_result.json", run_bench_result(res), infinite_keys=("burstiness",))
-    write_timeseries(res, out / "timeseries.csv")
-    write_json(out / "summary.json", summary_document(res))
+    """Write a run's files to ``out``, as a unit: the old manifest goes first, the new one
+    (``manifest.json``, naming the run and every file's SHA-256) comes last."""
+    prepare_out_dir(out)
+    begin_folder(out)
+    config_text = dump_config(res.config)
+    written = [
+        write_atomic(out / "config.resolved.yaml", config_text + "".join(
+            f"# {k}: {v}\n" for k, v in derived_values(res.config).items())),
+        write_atomic(out / "requests.csv", records_csv(res.records, RECORD_FIELDS)),
+        write_parquet(out / "requests.parquet", res.records, RECORD_FIELDS),
+        # vLLM json.dumps its float burstiness: constant gaps (infinite) read ``Infinity``
+        write_json(out / "bench_result.json", run_bench_result(res),
+                   infinite_keys=("burstiness",)),
+        write_timeseries(res, out / "timeseries.csv"),
+        write_json(out / "summary.json", summary_document(res)),
+    ]
     if plots:
         from pdsim.plots import write_run_plots
 
-        write_run_plots(res, out)
+        written += write_run_plots(res, out)
     if timeline:
         from pdsim.timeline import write_timeline
 
-        write_timeline(res, out / "timeline.json")
+        written.append(write_timeline(res, out / "timeline.json"))
+    finish_folder(out, [p.name for p in written if p is not None], {
+        "pdsim_version": __version__, "name": res.config.name, "seed": res.config.seed,
+        "config_sha256": hashlib.sha256(config_text.encode("utf-8")).hexdigest(),
+        "partial": res.partial})
 
 
 def write_compare_plots(cmp: Comparison, out: Path) -> list[Path]:

@@ -6,11 +6,13 @@ the command modules both import from here, so the command modules never import
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,12 +50,48 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except PdsimError as exc:
-            for line in str(exc).splitlines() or ["unknown error"]:
-                err_console.print(f"error: {line}", markup=False, highlight=False,
-                                  soft_wrap=True)
+            _print_error(str(exc))
+            raise typer.Exit(2) from None
+        except OSError as exc:  # a file pdsim writes or reads, gone wrong under it
+            where = exc.filename if exc.filename is not None else "file system"
+            _print_error(f"{where}: {exc.strerror or exc}")
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _print_error(text: str) -> None:
+    for line in text.splitlines() or ["unknown error"]:
+        err_console.print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, Slurm, Kubernetes) delivered while a command ran: handled
+    where Ctrl-C is (a ``KeyboardInterrupt``), so what finished is kept."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``); the
+    previous handler comes back after it. A no-op off the main thread."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupt_exit_code(exc: BaseException) -> int:
+    """The shell's exit code for an interrupt: 128 + the signal's number."""
+    return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

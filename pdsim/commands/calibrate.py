@@ -164,6 +164,10 @@ def register(app: typer.Typer) -> None:
             raise PdsimError(f"--max-evals {max_evals}: must be >= 1")
         if max_requests is not None and max_requests < 1:
             raise PdsimError(f"--max-requests {max_requests}: must be >= 1")
+        if out is not None:
+            from pdsim.run_folder import prepare_out_file
+
+            prepare_out_file(out)  # before the fit, not after it
         cfg = load_config(config, set_ or [], seed=seed)
         st_cfg = (None if standalone_config is None
                   else load_config(standalone_config, set_ or [], seed=seed))

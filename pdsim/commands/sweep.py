@@ -86,7 +86,14 @@ def table_width(console_width: int, table: Table) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    from pdsim.commands._shared import console, err_console, progress_display, user_errors
+    from pdsim.commands._shared import (
+        console,
+        err_console,
+        interrupt_exit_code,
+        progress_display,
+        sigterm_as_interrupt,
+        user_errors,
+    )
 
     @app.command()
     @user_errors
@@ -139,19 +146,22 @@ def register(app: typer.Typer) -> None:
         base = apply_base_overrides(base, spec.base_overrides)
         if set_ or seed is not None:
             base = load_config(base.model_dump(mode="json"), set_ or [], seed=seed)
+        from pdsim.run_folder import prepare_out_dir
+
+        prepare_out_dir(out)  # before any point is simulated
         run = SweepRun(base, spec.expand())
         keys = list(dict.fromkeys(k for p in run.points for k in p.params))
 
         prog, update = progress_display("sweep points")
         try:
-            with prog:
+            with prog, sigterm_as_interrupt():
                 rows = run.run(out, backend=backend,  # type: ignore[arg-type]
                                workers=workers, address=address, progress=update,
                                force=force, run_files=records)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             err_console.print(f"interrupted: {len(run.computed)} points finished in this run "
                               f"are kept in {out}/points; rerun the same command to finish")
-            raise typer.Exit(130) from None
+            raise typer.Exit(interrupt_exit_code(exc)) from None
         if report:
             from pdsim.html_report import report_dir_html, write_report
             from pdsim.loader import dump_config

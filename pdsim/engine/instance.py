@@ -27,6 +27,7 @@ from pdsim.engine.request import Phase, Request
 from pdsim.engine.run_plan import plan_decode_run
 from pdsim.engine.scheduler import Scheduler, StepPlan
 from pdsim.engine.snapshot import InstanceSnapshot
+from pdsim.errors import SimulationStalled
 from pdsim.facts import InstanceFacts
 from pdsim.perf.build import build_step_time_model
 
@@ -38,6 +39,15 @@ if TYPE_CHECKING:
     from pdsim.engine.cluster import Cluster, EngineHooks
     from pdsim.spec_decode.acceptance import AcceptanceSampler
     from pdsim.workload import RequestSpecs
+
+
+# Engine-loop turns (steps, decode runs, scheduler retries) one engine may take at one
+# simulated instant before the run is called a livelock.
+MAX_ZERO_TIME_STEPS = 100_000
+# Upper bound on the steps without progress (see ``Instance._idle_step_limit``), and the
+# mean step time below which such a streak is called a livelock rather than a wait.
+MAX_IDLE_STEPS_CAP = 50_000_000
+MIN_REAL_STEP_S = 1e-6
 
 
 def _reached_d(req: Request) -> tuple[float, int]:
@@ -73,7 +83,7 @@ class Instance:
         self.pool.on_free = self._blocks_freed
         self.layout = self.kv.layout
         # the longest request whose KV (plus its sampled token and drafts) fits the pool
-        self.max_fit_tokens = self.kv.max_fit_tokens(1 + self.n_spec)
+        self.max_fit_tokens = self.kv.max_fit_tokens(cfg.admission_room_tokens(role))
         self.decodes = role is not Role.PREFILL
         self.multi_module = cfg.use_multi_module_mtp
         self.sampler = sampler
@@ -121,6 +131,14 @@ class Instance:
         self.step_end_s = array("d")
         self.step_log = array("d")
         self.busy_s = 0.0
+        self._zero_steps = 0  # loop turns in a row at one simulated instant
+        self._last_turn_s = -1.0
+        self._idle_steps = 0  # steps in a row that decoded nothing and ended no prefill
+        self._idle_since_s = 0.0  # when that streak began
+        # Prefilling every seat's longest prompt takes at most this many steps; a margin
+        # of many times that without a prefill ending or a token decoded is a livelock.
+        self._idle_step_limit = min(MAX_IDLE_STEPS_CAP, MAX_ZERO_TIME_STEPS + 4 * -(
+            -sched.max_num_seqs * cfg.model.max_model_len // sched.max_num_batched_tokens))
         # the scheduler owns the queues; the engine's intake and loop use them directly
         self.scheduler = Scheduler(self, sched)
         self.waiting = self.scheduler.waiting
@@ -246,6 +264,11 @@ class Instance:
         """
         env = self.env
         while True:
+            if env.now == self._last_turn_s:
+                self._stand_still(0.0)
+            else:
+                self._last_turn_s = env.now
+                self._zero_steps = 0
             if self.rows.count and self.up and not self.waiting:
                 run = self._plan_run()
                 if run is not None:
@@ -266,6 +289,15 @@ class Instance:
                     yield from self._follow(run)
                     continue
             dt = self.step_model.step_time_s(plan.batch)
+            if not dt >= 0:
+                self._stand_still(dt)
+            if plan.num_decode or any(req.num_computed + n >= req.seq_tokens
+                                      for req, n in plan.chunks):
+                self._idle_steps = 0
+            elif self._idle_steps == 0:
+                self._idle_steps, self._idle_since_s = 1, env.now
+            else:
+                self._no_progress()
             start = env.now
             epoch = self.epoch
             yield StepEnd(env, dt, self.step_priority)
@@ -273,6 +305,41 @@ class Instance:
                 continue  # the instance went down during the step: its work is lost
             self.busy_s += dt
             self._complete(plan, start)
+
+    def _no_progress(self) -> None:
+        """Another step that ended no prefill and decoded nothing: work redone after a
+        preemption (a request readmitted while it waits for blocks a transfer or a lease
+        holds), or a chunk of a long prompt. Fine at any real step cost; with steps of
+        under a microsecond the wait takes millions of them (or, at 0 s, forever)."""
+        self._idle_steps += 1
+        if self._idle_steps <= self._idle_step_limit:
+            return
+        elapsed = self.env.now - self._idle_since_s
+        if elapsed >= self._idle_steps * MIN_REAL_STEP_S:  # real steps: keep going
+            self._idle_steps, self._idle_since_s = 1, self.env.now
+            return
+        raise SimulationStalled(
+            f"{self.name}: {self._idle_steps - 1:,} steps in a row up to t = "
+            f"{self.env.now:.6g} s ended no prefill and decoded no token while the clock "
+            f"moved {elapsed:.3g} s (under {MIN_REAL_STEP_S:g} s a step): requests are "
+            f"preempted and readmitted while they wait for KV blocks a transfer or a lease "
+            f"holds, and steps this cheap make the wait endless; give step_time costs of "
+            f"at least {MIN_REAL_STEP_S:g} s a step")
+
+    def _stand_still(self, dt: float) -> None:
+        """Another loop turn at the same instant (``dt`` 0), or a step time that is NaN or
+        negative: a few are fine (a measured table may hold a 0, an idle engine wakes at
+        an instant something happened), endless ones a livelock; the run stops with a
+        clear error."""
+        if dt != dt or dt < 0:
+            raise SimulationStalled(f"{self.name}: the step time model gave {dt!r} s for a "
+                                    f"step at t = {self.env.now:.6g} s; check step_time")
+        self._zero_steps += 1
+        if self._zero_steps > MAX_ZERO_TIME_STEPS:
+            raise SimulationStalled(
+                f"{self.name}: {MAX_ZERO_TIME_STEPS:,} engine steps in a row at t = "
+                f"{self.env.now:.6g} s (the simulated clock stood still); give step_time "
+                f"costs that make every step take some time")
 
     def _plan_run(self) -> DecodeRun | None:
         """A decode run from here, if one may be taken (``plan_decode_run``)."""

@@ -23,14 +23,18 @@ class BlockPool:
     ``check()`` catches every one.
     """
 
-    __slots__ = ("_free", "_owned", "num_blocks", "on_free", "tables")
+    __slots__ = ("_free", "_fresh", "_owned", "num_blocks", "on_free", "tables")
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 1:
             raise ValueError("a block pool needs at least one block")
         self.num_blocks = num_blocks
-        # Stack of free ids: allocation pops from the end (ids in ascending order at first).
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        # The free blocks are a stack of freed ids (``_free``, allocation pops from the
+        # end) on top of the never-used ids ``_fresh .. num_blocks - 1``, handed out in
+        # ascending order: the pool costs memory per block in use, never per block owned,
+        # so a pool of a billion blocks is as cheap to build as one of ten.
+        self._free: list[int] = []
+        self._fresh = 0  # ids below this have been handed out at least once
         self._owned = 0  # blocks in tables, as counted by allocate and free
         self.tables: dict[int, list[int]] = {}
         # an observer told of every ``free`` (owner, whether it held a table), or None
@@ -38,11 +42,27 @@ class BlockPool:
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._free) + self.num_blocks - self._fresh
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self._fresh - len(self._free)
+
+    def _take(self, n: int) -> list[int]:
+        """Pop ``n`` free ids (``n <= num_free``), in the order a stack holding the fresh
+        ids in descending order under the freed ones would give its top ``n``."""
+        free = self._free
+        if n <= len(free):
+            got = free[len(free) - n:]
+            del free[len(free) - n:]
+            return got
+        fresh = n - len(free)
+        start = self._fresh
+        got = list(range(start + fresh - 1, start - 1, -1))
+        got.extend(free)
+        free.clear()
+        self._fresh = start + fresh
+        return got
 
     def held(self, owner: int) -> int:
         """Blocks ``owner`` holds."""
@@ -55,11 +75,9 @@ class BlockPool:
             if owner not in self.tables:
                 self.tables[owner] = []
             return True
-        free = self._free
-        if n > len(free):
+        if n > self.num_free:
             return False
-        got = free[-n:]
-        del free[-n:]
+        got = self._take(n)
         self._owned += n
         table = self.tables.get(owner)
         if table is None:
@@ -73,11 +91,9 @@ class BlockPool:
 
         One pass over the free stack for a batch of growing requests."""
         total = sum(n for n in counts if n > 0)
-        free = self._free
-        if total > len(free):
+        if total > self.num_free:
             return False
-        got = free[len(free) - total:]
-        del free[len(free) - total:]
+        got = self._take(total)
         self._owned += total
         tables = self.tables
         i = 0
@@ -123,8 +139,10 @@ class BlockPool:
             raise KVCacheError("free list holds a block twice")
         if set(owned) & free:
             raise KVCacheError("a block is both owned and free")
-        if len(owned) + len(self._free) != self.num_blocks:
-            raise KVCacheError(f"used {len(owned)} + free {len(self._free)} != "
+        if any(b >= self._fresh for b in owned) or any(b >= self._fresh for b in free):
+            raise KVCacheError("a never-allocated block is owned or on the free stack")
+        if len(owned) + len(self._free) != self._fresh:
+            raise KVCacheError(f"used {len(owned)} + free {self.num_free} != "
                                f"total {self.num_blocks}")
         if len(owned) != self._owned:
             raise KVCacheError(f"tables hold {len(owned)} blocks, the pool counted "

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import StrictModel, at_most, seconds_bound
 from pdsim.perf.architecture import DType, ModelArchitecture
 from pdsim.perf.hardware import HardwareSpec
 from pdsim.perf.kernels import DEFAULT_KERNELS, KernelFit
@@ -25,8 +25,13 @@ KERNEL_FIELDS = ("compute_efficiency", "gemm_half_tokens", "memory_efficiency",
                  "kernel_latency_s", "communication_efficiency", "collective_latency_s")
 
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False), seconds_bound()]
 Efficiency = Annotated[float, Field(gt=0, le=1)]
 PositiveInt = Annotated[int, Field(ge=1)]
+
+
+# The least time a step of the simple model may cost: one nanosecond.
+MIN_STEP_S = 1e-9
 
 
 class SimpleStepTimeConfig(StrictModel):
@@ -42,20 +47,31 @@ class SimpleStepTimeConfig(StrictModel):
     kind: Literal["simple"] = "simple"
     """Selects this variant: A linear, memory-floor model good enough to run without hardware
     profiles."""
-    overhead_s: Annotated[float, Field(ge=0)] = 0.003
+    overhead_s: Annotated[float, Field(ge=0), seconds_bound()] = 0.003
     """Fixed time per step, in seconds."""
-    weights_floor_s: Annotated[float, Field(ge=0)] = 0.012
+    weights_floor_s: Annotated[float, Field(ge=0), seconds_bound()] = 0.012
     """Least time of a target forward (reading the weights), in seconds."""
-    per_token_s: Annotated[float, Field(ge=0)] = 4.0e-5
+    per_token_s: Annotated[float, Field(ge=0), seconds_bound()] = 4.0e-5
     """Target seconds per token in the step."""
-    per_context_token_s: Annotated[float, Field(ge=0)] = 2.0e-9
+    per_context_token_s: Annotated[float, Field(ge=0), seconds_bound()] = 2.0e-9
     """Seconds per context token of decode requests (attention reads)."""
-    per_attention_pair_s: Annotated[float, Field(ge=0)] = 2.0e-12
+    per_attention_pair_s: Annotated[float, Field(ge=0), seconds_bound()] = 2.0e-12
     """Seconds per (query, key) pair of prefill attention."""
-    drafter_floor_s: Annotated[float, Field(ge=0)] = 0.0006
+    drafter_floor_s: Annotated[float, Field(ge=0), seconds_bound()] = 0.0006
     """Least time of one drafter pass, in seconds."""
-    drafter_token_cost_ratio: Annotated[float, Field(ge=0)] = 0.04
+    drafter_token_cost_ratio: Annotated[float, Field(ge=0), at_most(
+        1000, "a drafter token costing more than 1,000 target tokens")] = 0.04
     """A drafter token's cost as a fraction of a target token's."""
+
+    @model_validator(mode="after")
+    def _costs_time(self) -> SimpleStepTimeConfig:
+        # A step that costs no time lets the simulated clock stand still while work
+        # repeats (a request preempted and readmitted forever): every step must cost some.
+        if self.overhead_s + self.weights_floor_s < MIN_STEP_S:
+            raise ValueError(f"overhead_s + weights_floor_s is below {MIN_STEP_S:g} s, so a "
+                             f"step could take (almost) no time and the simulated clock "
+                             f"stand still; give either a value of at least {MIN_STEP_S:g}")
+        return self
 
     @property
     def parameter_provenance(self) -> str:
@@ -158,11 +174,11 @@ class RooflineStepTimeConfig(StrictModel):
     memory_efficiency: Efficiency = DEFAULT_KERNELS.memory_efficiency
     """Fraction of HBM bandwidth a weight-streaming kernel reaches (default: the hardware's
     fit)."""
-    kernel_latency_s: NonNegFloat = DEFAULT_KERNELS.kernel_latency_s
+    kernel_latency_s: Seconds = DEFAULT_KERNELS.kernel_latency_s
     """Fixed time of one kernel, in seconds (default: the hardware's fit)."""
     communication_efficiency: Efficiency = DEFAULT_KERNELS.communication_efficiency
     """Fraction of link bandwidth an all-reduce reaches (default: the hardware's fit)."""
-    collective_latency_s: NonNegFloat = DEFAULT_KERNELS.collective_latency_s
+    collective_latency_s: Seconds = DEFAULT_KERNELS.collective_latency_s
     """Fixed time of one all-reduce, in seconds (default: the hardware's fit)."""
     kernels_from: str = ""
     """The hardware spec the kernel constants not given were taken from (filled in; '' when all
@@ -171,11 +187,11 @@ class RooflineStepTimeConfig(StrictModel):
     """Fraction of the bf16 peak attention kernels reach."""
     moe_efficiency: Efficiency = 1.0
     """Extra factor on routed-expert GEMMs (1: priced like dense GEMMs)."""
-    overhead_s: NonNegFloat = CPU_OVERHEAD_S
+    overhead_s: Seconds = CPU_OVERHEAD_S
     """CPU time per step (scheduling, input preparation), in seconds."""
-    overhead_per_request_s: NonNegFloat = CPU_OVERHEAD_PER_REQUEST_S
+    overhead_per_request_s: Seconds = CPU_OVERHEAD_PER_REQUEST_S
     """CPU time per request in a step, in seconds."""
-    drafter_pass_overhead_s: NonNegFloat = DRAFTER_PASS_OVERHEAD_S
+    drafter_pass_overhead_s: Seconds = DRAFTER_PASS_OVERHEAD_S
     """CPU time per drafter forward, in seconds."""
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     """Fraction of GPU memory vLLM may use (sizes the KV cache)."""
@@ -309,9 +325,9 @@ class MeasuredStepTimeConfig(StrictModel):
     directory."""
     extrapolation: Literal["linear", "clamp"] = "linear"
     """Beyond the measured range: linear continues the last segment, clamp holds the edge value."""
-    mixed_overlap_s: NonNegFloat = 0.0
+    mixed_overlap_s: Seconds = 0.0
     """Fixed cost subtracted once from a step with both prefill and decode, in seconds."""
-    drafter_repair_token_s: NonNegFloat = 0.0
+    drafter_repair_token_s: Seconds = 0.0
     """Seconds per drafter re-prefill (repair) token."""
 
     @property

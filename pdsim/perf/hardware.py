@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import StrictModel, at_most
 from pdsim.perf.kernels import KernelFit
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -47,7 +47,8 @@ class HardwareSpec(StrictModel):
     """Human-readable GPU name."""
     dense_tflops: dict[Precision, PositiveFloat]
     """Dense tensor-core peak per precision in TFLOP/s (bf16 required)."""
-    hbm_capacity_gib: PositiveFloat
+    hbm_capacity_gib: Annotated[PositiveFloat, at_most(
+        2.0**20, "1 PiB per GPU; larger memories overflow the block count")]
     """HBM capacity in GiB."""
     hbm_bandwidth_gb_per_s: PositiveFloat
     """Peak HBM bandwidth in GB/s (1e9 bytes)."""

@@ -107,7 +107,9 @@ def num_kv_blocks(kv_cache_bytes: float, block_size: int, kv_bytes_per_token: fl
     """Whole blocks of ``block_size`` tokens at ``kv_bytes_per_token`` that fit."""
     if block_size < 1:
         raise ValueError("block_size must be >= 1")
-    return max(0, math.floor(kv_cache_bytes / (block_size * max(kv_bytes_per_token, 1.0))))
+    blocks = kv_cache_bytes / (block_size * max(kv_bytes_per_token, 1.0))
+    # an infinite quotient (memory beyond float range) is as many blocks as any bound
+    return max(0, math.floor(blocks)) if math.isfinite(blocks) else 2**63
 
 
 def kv_blocks_per_instance(arch: ModelArchitecture, hardware: HardwareSpec,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from pdsim._model import MAX_TOKENS
 from pdsim.errors import ConfigError
 from pdsim.perf import sizes as S
 from pdsim.perf.architecture import DType, ModelArchitecture
@@ -79,6 +80,14 @@ def _fmt_params(x: float) -> str:
     return f"{x / 1e9:,.2f} B"
 
 
+def _check_options(values: dict[str, tuple[int | None, int]]) -> None:
+    """Each option's integer is at least its minimum and at most ``MAX_TOKENS``."""
+    for option, (value, low) in values.items():
+        if value is not None and not low <= value <= MAX_TOKENS:
+            raise ConfigError(option, f"must be an integer in {low}..{MAX_TOKENS:,} "
+                              f"(got {value})")
+
+
 def profile_report(model: str, hardware: str, tensor_parallel_size: int = 1, *,
                    expert_parallel_size: int = 1, weight_dtype: DType | None = None,
                    kv_cache_dtype: DType | None = None,
@@ -92,6 +101,12 @@ def profile_report(model: str, hardware: str, tensor_parallel_size: int = 1, *,
     reason in the summary, when the weights do not fit. Raises ``ConfigError`` for an
     unknown profile.
     """
+    _check_options({"--tp": (tensor_parallel_size, 1), "--ep": (expert_parallel_size, 1),
+                    "--spec": (num_speculative_tokens, 0), "--block-size": (block_size, 1),
+                    "max_num_seqs": (max_num_seqs, 1)})
+    if not 0 < gpu_memory_utilization <= 1:  # NaN fails too
+        raise ConfigError("--gpu-memory-utilization", f"must be in (0, 1] (got "
+                          f"{gpu_memory_utilization})")
     arch = with_dtypes(load_model_architecture(model, "model"),
                        weight_dtype=weight_dtype, kv_cache_dtype=kv_cache_dtype)
     hw = load_hardware(hardware, "hardware")

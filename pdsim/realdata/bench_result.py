@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from pdsim._model import MAX_REQUESTS, MAX_TOKENS
 from pdsim.errors import InputFileError, read_text_file
 from pdsim.realdata.prometheus import AcceptanceStats
 
@@ -146,19 +147,23 @@ class _Fields:
             raise self.fail(key, f"expected a number, got {value!r}")
         return float(value)
 
-    def integer(self, key: str, *, required: bool = False) -> int | None:
+    def integer(self, key: str, *, required: bool = False, low: int | None = None
+                ) -> int | None:
         value = self.number(key, required=required)
         if value is None:
             return None
         if not math.isfinite(value) or value != int(value):
             raise self.fail(key, f"expected a whole number, got {self.data.get(key)!r}")
+        if low is not None and not low <= value <= MAX_REQUESTS:
+            raise self.fail(key, f"must be in {low}..{MAX_REQUESTS:,} (got {int(value)})")
         return int(value)
 
     def text(self, key: str) -> str | None:
         value = self.data.get(key)
         return None if value is None else str(value)
 
-    def array(self, key: str, n: int | None, *, integer: bool = False) -> np.ndarray | None:
+    def array(self, key: str, n: int | None, *, integer: bool = False,
+              low_tokens: int = 0) -> np.ndarray | None:
         value = self.data.get(key)
         if value is None:
             return None
@@ -173,6 +178,10 @@ class _Fields:
         if integer:
             if not np.all(arr == np.round(arr)):
                 raise self.fail(key, "entries must be whole numbers of tokens")
+            bad = np.flatnonzero((arr < low_tokens) | (arr > MAX_TOKENS))
+            if len(bad):
+                raise self.fail(key, f"entry {bad[0]} is {value[bad[0]]!r}; token counts "
+                                f"must be in {low_tokens}..{MAX_TOKENS:,}")
             return arr.astype(np.int64)
         return arr
 
@@ -219,7 +228,7 @@ def bench_result_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> B
     f = _Fields(data, source)
     for key in REQUIRED_FIELDS:
         f.number(key, required=True)
-    input_lens = f.array("input_lens", None, integer=True)
+    input_lens = f.array("input_lens", None, integer=True, low_tokens=1)
     n = None if input_lens is None else len(input_lens)
     output_lens = f.array("output_lens", n, integer=True)
     if (input_lens is None) != (output_lens is None):
@@ -267,7 +276,7 @@ def bench_result_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> B
         or math.nan,
         request_rate=rate,
         burstiness=burstiness,
-        max_concurrency=f.integer("max_concurrency"),
+        max_concurrency=f.integer("max_concurrency", low=1),
         failed=f.integer("failed"),
         request_goodput=f.number("request_goodput"),
         num_prompts=f.integer("num_prompts"),

@@ -127,6 +127,31 @@ class AcceptanceStats:
             return None
         return self.num_draft_tokens // self.num_drafts
 
+    def inconsistencies(self) -> list[str]:
+        """What no serving run can produce: more accepted than drafted tokens, a position
+        counted more often than steps drafted or more often than the position before it,
+        positions that do not match the drafts per step."""
+        out: list[str] = []
+        if self.num_accepted_tokens > self.num_draft_tokens:
+            out.append(f"{ACCEPTED_TOKENS} ({self.num_accepted_tokens}) exceeds "
+                       f"{DRAFT_TOKENS} ({self.num_draft_tokens})")
+        if self.num_draft_tokens < self.num_drafts:
+            out.append(f"{DRAFT_TOKENS} ({self.num_draft_tokens}) is below {DRAFTS} "
+                       f"({self.num_drafts}): a drafted step drafts at least one token")
+        for i, c in enumerate(self.accepted_per_pos):
+            if c > self.num_drafts:
+                out.append(f"{ACCEPTED_PER_POS} position {i} ({c}) exceeds {DRAFTS} "
+                           f"({self.num_drafts})")
+            if i and c > self.accepted_per_pos[i - 1]:
+                out.append(f"{ACCEPTED_PER_POS} position {i} ({c}) exceeds position {i - 1} "
+                           f"({self.accepted_per_pos[i - 1]}): a step accepts draft i only "
+                           f"after draft i-1")
+        n = self.num_speculative_tokens
+        if n is not None and self.accepted_per_pos and len(self.accepted_per_pos) != n:
+            out.append(f"{len(self.accepted_per_pos)} positions in {ACCEPTED_PER_POS} but "
+                       f"{n} drafts per step ({DRAFT_TOKENS} / {DRAFTS})")
+        return out
+
     def to_config_yaml(self, *, method: str | None = None, digits: int = 4) -> str:
         """A pdsim config snippet (YAML text) reproducing these acceptance rates.
 
@@ -360,4 +385,29 @@ def import_metrics_report(paths: list[str], selector: Mapping[str, str] | None =
         stats = acceptance_between(read_scrape(paths[0]), read_scrape(paths[1]), selector)
     else:
         raise PdsimError(f"give one metrics scrape, or two (before and after); got {len(paths)}")
-    return stats, stats.to_config_yaml(method=method)
+    problems = stats.inconsistencies()
+    if problems:
+        raise PdsimError("\n".join(f"{stats.source or 'metrics'}: {p}; not a pdsim config "
+                                    f"(counters from different runs or series?)"
+                                    for p in problems))
+    snippet = stats.to_config_yaml(method=method)
+    _check_snippet(snippet, stats.source)
+    return stats, snippet
+
+
+def _check_snippet(snippet: str, source: str) -> None:
+    """The snippet must load as pdsim's ``speculative`` section: never print one pdsim
+    itself would reject."""
+    import json
+
+    import yaml
+    from pydantic import ValidationError
+
+    from pdsim.config_sections import SpeculativeConfig
+
+    try:  # as the loader validates: through JSON, strictly
+        SpeculativeConfig.model_validate_json(json.dumps(yaml.safe_load(snippet)["speculative"]))
+    except ValidationError as exc:
+        msg = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
+        raise PdsimError(f"{source or 'metrics'}: the measured rates do not make a valid "
+                         f"pdsim config: {msg}") from None

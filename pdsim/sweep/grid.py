@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from pdsim.errors import ConfigError, InputFileError
-from pdsim.loader import parse_override, parse_yaml, read_yaml
+from pdsim.loader import YamlShapeError, parse_override, parse_yaml, read_yaml
 
 Point = dict[str, Any]
 
@@ -91,8 +91,13 @@ def parse_values(text: str, key: str = "") -> list[Any]:
             continue
         try:
             values.append(parse_yaml(item))
+        except yaml.constructor.ConstructorError as exc:
+            raise ConfigError(key or text, str(exc.problem)) from None
         except yaml.YAMLError:  # not YAML: keep the text as a string
             values.append(item.strip())
+        except (RecursionError, YamlShapeError):
+            raise ConfigError(key or text, f"value {item[:40]!r}... is nested too deeply or "
+                              f"too large") from None
     return values
 
 

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pdsim._model import MAX_REQUESTS, MAX_TOKENS
+from pdsim.errors import RequestSpecsError
+
 
 @dataclass(frozen=True)
 class SpecsOrigin:
@@ -59,6 +62,38 @@ class RequestSpecs:
             raise ValueError("arrival_s, prompt_tokens and output_tokens must have equal length")
         if self.hash_ids is not None and len(self.hash_ids) != n:
             raise ValueError("hash_ids must have one entry per request")
+        self._check_values()
+
+    def _check_values(self) -> None:
+        """Every request servable, whatever made the specs; ``RequestSpecsError`` names the
+        first bad request (vectorized: one pass per array)."""
+        where = f"requests ({self.source})"
+        for name in ("prompt_tokens", "output_tokens"):
+            tokens = np.asarray(getattr(self, name))
+            if tokens.dtype.kind not in "iu":
+                raise RequestSpecsError(f"{where}: {name} must hold integers "
+                                        f"(got {tokens.dtype})")
+            bad = np.flatnonzero((tokens < 1) | (tokens > MAX_TOKENS))
+            if len(bad):
+                raise RequestSpecsError(f"{where}: request {bad[0]}: {name} is "
+                                        f"{tokens[bad[0]]}; allowed: 1..{MAX_TOKENS:,}")
+        if self.closed_loop_concurrency is not None:
+            if not 1 <= self.closed_loop_concurrency <= MAX_REQUESTS:
+                raise RequestSpecsError(f"{where}: closed-loop concurrency is "
+                                        f"{self.closed_loop_concurrency}; allowed: "
+                                        f"1..{MAX_REQUESTS:,}")
+            return  # arrivals are NaN: the engine releases them
+        t = np.asarray(self.arrival_s, dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(t) | (t < 0))
+        if len(bad):
+            raise RequestSpecsError(f"{where}: request {bad[0]}: arrival_s is {t[bad[0]]}; "
+                                    f"arrival times must be finite and >= 0")
+        back = np.flatnonzero(np.diff(t) < 0)
+        if len(back):
+            i = int(back[0]) + 1
+            raise RequestSpecsError(f"{where}: request {i} arrives at {t[i]} s, before "
+                                    f"request {i - 1} at {t[i - 1]} s; arrival times must "
+                                    f"be sorted ascending")
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)

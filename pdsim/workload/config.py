@@ -12,9 +12,25 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from pdsim._model import StrictModel
+from pdsim._model import (
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    MIN_RATE_PER_S,
+    StrictModel,
+    at_least,
+    at_most,
+    seconds_bound,
+)
 
 PositiveInt = Annotated[int, Field(ge=1)]
+_REQUESTS_WHY = ("a run keeps every request in memory, about 2 KB each, and simulates "
+                 "about 17,000 a second (measured)")
+RequestCount = Annotated[int, Field(ge=1), at_most(MAX_REQUESTS, _REQUESTS_WHY)]
+TokenCount = Annotated[int, Field(ge=1), at_most(
+    MAX_TOKENS, "pdsim keeps token counts well inside 64-bit arrays")]
+# A rate below one request in ~32 years has gaps no float time can add up
+Rate = Annotated[float, Field(gt=0, allow_inf_nan=False), at_least(
+    MIN_RATE_PER_S, "smaller rates put arrivals beyond any simulated time")]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -27,7 +43,7 @@ class PoissonArrivals(StrictModel):
 
     kind: Literal["poisson"] = "poisson"
     """Selects this variant: Open-loop Poisson arrivals."""
-    rate_per_s: PositiveFloat
+    rate_per_s: Rate
     """Mean arrival rate, requests per second."""
 
     @property
@@ -46,7 +62,7 @@ class GammaArrivals(StrictModel):
 
     kind: Literal["gamma"] = "gamma"
     """Selects this variant: Open-loop renewal arrivals with gamma gaps."""
-    rate_per_s: PositiveFloat
+    rate_per_s: Rate
     """Mean arrival rate, requests per second."""
     cv: PositiveFloat | None = None
     """Coefficient of variation of the gaps (1: Poisson); give this or burstiness."""
@@ -80,7 +96,7 @@ class ConstantArrivals(StrictModel):
     kind: Literal["constant"] = "constant"
     """Selects this variant: Deterministic arrivals every `1 / rate_per_s` seconds (the first at
     one gap)."""
-    rate_per_s: PositiveFloat
+    rate_per_s: Rate
     """Arrivals per second, evenly spaced."""
 
     @property
@@ -98,7 +114,7 @@ class ClosedLoopArrivals(StrictModel):
     kind: Literal["closed_loop"] = "closed_loop"
     """Selects this variant: A closed loop of `concurrency` clients (`vllm bench serve
     --max-concurrency`)."""
-    concurrency: PositiveInt
+    concurrency: RequestCount
     """Clients, each sending its next request when the last finishes (vLLM --max-concurrency)."""
 
 
@@ -115,7 +131,7 @@ class FixedLength(StrictModel):
 
     kind: Literal["fixed"] = "fixed"
     """Selects this variant: Every request has exactly `tokens` tokens."""
-    tokens: PositiveInt
+    tokens: TokenCount
     """Tokens of every request."""
 
     @property
@@ -133,7 +149,7 @@ class UniformLength(StrictModel):
 
     kind: Literal["uniform"] = "uniform"
     """Selects this variant: uniform lengths, as vLLM's random dataset draws them."""
-    mean_tokens: PositiveInt
+    mean_tokens: TokenCount
     """Mean tokens (vLLM random dataset's input/output length)."""
     range_ratio: Annotated[float, Field(ge=0, lt=1)]
     """Half-width of the range as a fraction of the mean (vLLM --random-range-ratio)."""
@@ -167,7 +183,7 @@ class _SpreadLength(StrictModel):
     """Standard deviation in tokens; give this or cv."""
     cv: PositiveFloat | None = None
     """Coefficient of variation (std / mean); give this or std_tokens."""
-    max_tokens: PositiveInt | None = None
+    max_tokens: TokenCount | None = None
     """Draws are clipped to this many tokens; null: no cap."""
 
     @model_validator(mode="after")
@@ -232,9 +248,9 @@ class EmpiricalLength(StrictModel):
 
     kind: Literal["empirical"] = "empirical"
     """Selects this variant: A histogram."""
-    values: tuple[PositiveInt, ...] | None = None
+    values: tuple[TokenCount, ...] | None = None
     """Token counts drawn with the weights (or give bin_edges)."""
-    bin_edges: tuple[PositiveInt, ...] | None = None
+    bin_edges: tuple[TokenCount, ...] | None = None
     """Strictly increasing integer bin edges; a draw is uniform within its bin."""
     weights: tuple[Weight, ...]
     """Relative weight of each value or bin."""
@@ -299,11 +315,11 @@ class _TraceBase(StrictModel):
     """Trace file, relative to the working directory, or pkg:<path> for pdsim's shipped data."""
     time_scale: PositiveFloat | None = None
     """Multiplies the trace's gaps (0.5 halves them); give this or target_rate_per_s."""
-    target_rate_per_s: PositiveFloat | None = None
+    target_rate_per_s: Rate | None = None
     """Scale the gaps so the mean rate is this many requests per second."""
-    start_offset_s: NonNegFloat = 0.0
+    start_offset_s: Annotated[NonNegFloat, seconds_bound()] = 0.0
     """Skip rows earlier than this many trace seconds after the first."""
-    max_requests: PositiveInt | None = None
+    max_requests: RequestCount | None = None
     """Keep at most this many rows; null: all."""
     unsorted: Literal["error", "sort"] = "error"
     """Timestamps that go backwards: error, or sort stably."""
@@ -326,7 +342,7 @@ class MooncakeTrace(_TraceBase):
 
     kind: Literal["mooncake"] = "mooncake"
     """Selects this variant: Mooncake JSONL."""
-    hash_block_tokens: PositiveInt = 512
+    hash_block_tokens: TokenCount = 512
     """Tokens per hash_ids block (512 in Mooncake traces)."""
 
 
@@ -353,9 +369,9 @@ class WorkloadConfig(StrictModel):
     ``closed_loop`` (the trace's requests are then released at that concurrency).
     """
 
-    num_requests: PositiveInt | None = 200
+    num_requests: RequestCount | None = 200
     """Stop after this many requests; null: no count limit."""
-    duration_s: PositiveFloat | None = None
+    duration_s: Annotated[PositiveFloat, seconds_bound()] | None = None
     """Stop arrivals at this simulated time, in seconds; null: no time limit."""
     arrivals: Arrivals = PoissonArrivals(rate_per_s=4.0)
     """When requests arrive: poisson, gamma, constant or closed_loop."""
@@ -390,4 +406,12 @@ class WorkloadConfig(StrictModel):
             raise ValueError("give num_requests or duration_s (or both)")
         if closed and self.num_requests is None:
             raise ValueError("closed_loop arrivals need num_requests")
+        rate = getattr(self.arrivals, "rate_per_s", None)
+        if self.num_requests is None and self.duration_s is not None and rate is not None:
+            expected = self.duration_s * rate
+            if not expected <= MAX_REQUESTS:
+                raise ValueError(
+                    f"duration_s x arrivals.rate_per_s is {expected:.3g} requests; at most "
+                    f"{MAX_REQUESTS:,} ({_REQUESTS_WHY}): shorten duration_s or set "
+                    f"num_requests")
         return self

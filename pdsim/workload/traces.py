@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from pdsim._model import MAX_TOKENS
 from pdsim.errors import InputFileError
 from pdsim.workload.base import RequestSpecs, SpecsOrigin
 from pdsim.workload.config import AzureTrace, MooncakeTrace, Trace
@@ -81,6 +82,8 @@ def read_mooncake(path: str | Path, hash_block_tokens: int = 512) -> TraceRows:
         except json.JSONDecodeError as exc:
             raise InputFileError(file, lineno, f"invalid JSON: {exc.msg}",
                                  column=exc.colno) from None
+        except ValueError:  # an integer beyond Python's 4,300-digit conversion limit
+            raise InputFileError(file, lineno, "a number too long to read") from None
         if not isinstance(row, dict):
             raise InputFileError(file, lineno, "each line must be a JSON object")
         for key in ("timestamp", "input_length", "output_length"):
@@ -116,6 +119,14 @@ def _json_count(value: Any, key: str, file: str, line: int) -> int:
         raise InputFileError(file, line, f"{key} must be an integer (got {value!r})")
     if value < 0:
         raise InputFileError(file, line, f"{key} must be >= 0 (got {value})")
+    return _bounded_count(value, key, file, line)
+
+
+def _bounded_count(value: int, key: str, file: str, line: int) -> int:
+    if value > MAX_TOKENS:
+        got = str(value) if value < 10**30 else f"a {len(str(value))}-digit number"
+        raise InputFileError(file, line, f"{key} must be at most {MAX_TOKENS:,} tokens "
+                             f"(got {got})")
     return value
 
 
@@ -230,7 +241,10 @@ def _azure_time_ns(text: str, day_cache: dict[str, int], file: str, line: int) -
 
 def _csv_count(text: str, column: str, file: str, line: int) -> int:
     if text.isascii() and text.isdigit():
-        return int(text)
+        if len(text) > 30:
+            raise InputFileError(file, line, f"{column} must be at most {MAX_TOKENS:,} "
+                                 f"tokens (got a {len(text)}-digit number)")
+        return _bounded_count(int(text), column, file, line)
     if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
         raise InputFileError(file, line, f"{column} must be >= 0 (got {text})")
     raise InputFileError(file, line, f"{column} must be a non-negative integer (got {text!r})")

@@ -18,6 +18,7 @@ from pdsim.cli import app
 from pdsim.compare import Comparison
 from pdsim.errors import InputFileError, PdsimError
 from pdsim.results import Results
+from pdsim.run_folder import finish_folder
 from pdsim.timeseries import write_timeseries
 from pdsim.writers import write_run
 
@@ -114,9 +115,13 @@ def test_plot_result_dir_errors(tmp_path: Path) -> None:
         plots.plot_result_dir(tmp_path)
     (tmp_path / "summary.json").write_text('{"summary": {}}\n')
     (tmp_path / "requests.csv").write_text("request_id,status\n0,finished\n")
+    with pytest.raises(InputFileError, match=r"no manifest\.json"):
+        plots.plot_result_dir(tmp_path)  # not sealed by a finished run
+    finish_folder(tmp_path, ["summary.json", "requests.csv"], {})  # sealed as they are
     with pytest.raises(InputFileError, match=r"requests.csv:1: missing column"):
         plots.plot_result_dir(tmp_path)
     (tmp_path / "summary.json").write_text('{"summary": \n')
+    finish_folder(tmp_path, ["summary.json", "requests.csv"], {})
     with pytest.raises(InputFileError, match=r"summary.json:2:1: not valid JSON"):
         plots.plot_result_dir(tmp_path)
     (tmp_path / "summary.json").unlink()

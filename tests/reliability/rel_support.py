@@ -92,3 +92,18 @@ def small_cfg(patch: dict[str, Any] | None = None, **sets: Any) -> SimConfig:
 def write_yaml(path: Path, data: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
+
+
+def assert_cli_error(args: list[str], *phrases: str) -> str:
+    """Run the CLI in-process: exit 2, no traceback, each phrase in the (unwrapped) output."""
+    from typer.testing import CliRunner
+
+    from pdsim.cli import app
+
+    res = CliRunner().invoke(app, list(args))
+    text = " ".join((res.stdout + res.stderr).split())
+    assert res.exit_code == 2, (res.exit_code, text)
+    assert "Traceback" not in text
+    for phrase in phrases:
+        assert phrase in text, (phrase, text)
+    return text

@@ -300,9 +300,11 @@ def random_configs(draw: st.DrawFn) -> dict[str, Any]:
             "kv_transfer_timeout_s": draw(st.sampled_from([None, 0.005, 0.05])),
             "outage_policy": draw(st.sampled_from(["retry", "fail"])),
             "max_retries": draw(st.integers(0, 2)),
-            "instance_outages": [{"instance": draw(st.sampled_from(names)), "start_s": start,
+            # one outage per instance at most: overlapping ones are refused
+            "instance_outages": [{"instance": name, "start_s": start,
                                   "end_s": start + draw(st.floats(0.01, 1.0))}
-                                 for _ in range(draw(st.integers(0, 2)))],
+                                 for name in draw(st.lists(st.sampled_from(names),
+                                                           max_size=2, unique=True))],
             "link_degradations": draw(st.sampled_from([
                 [], [{"start_s": 0.0, "end_s": 0.5, "bandwidth_factor": 0.01}]])),
         }
@@ -411,8 +413,11 @@ def test_catches_a_block_lost_from_the_pool(monkeypatch: pytest.MonkeyPatch) -> 
 
     def leaky_allocate(self: BlockPool, owner: int, n: int) -> bool:
         ok = original(self, owner, n)
-        if ok and n > 0 and owner == 3 and self._free:
-            self._free.pop()  # a block vanishes
+        if ok and n > 0 and owner == 3:  # a block vanishes (a freed one, else a fresh one)
+            if self._free:
+                self._free.pop()
+            else:
+                self._fresh += 1
         return ok
 
     monkeypatch.setattr(BlockPool, "allocate", leaky_allocate)

@@ -1,0 +1,92 @@
+"""A result folder written as a unit: checked writable before the work, marked incomplete
+while a run writes into it, and sealed by a manifest written last.
+
+``manifest.json`` names the run (name, seed, SHA-256 of the resolved config, partial) and
+the SHA-256 of every file the run wrote; readers call ``check_folder``, so a folder an
+interrupted rerun left with files of two runs is refused, never read as one run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pdsim.errors import InputFileError, OutputError
+from pdsim.output import write_json
+
+MANIFEST = "manifest.json"
+
+
+def prepare_out_dir(path: str | Path) -> Path:
+    """Make ``path`` a writable folder, before any work whose results it will hold.
+
+    ``OutputError`` (exit 2, the path and the reason) when it is a file, lies under a
+    file, or cannot be created or written."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise OutputError(p, "exists and is not a folder; give a folder for --out")
+    for parent in p.parents:
+        if parent.exists() and not parent.is_dir():
+            raise OutputError(p, f"{parent} is a file, so nothing can be written under it")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(p, f"cannot create the folder: {exc.strerror or exc}") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise OutputError(p, "the folder is not writable")
+    return p
+
+
+def prepare_out_file(path: str | Path) -> Path:
+    """Check, before the work, that a single output file can go to ``path``: not a
+    folder, and its folder can be made (``OutputError`` otherwise)."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutputError(p, "is a folder; give a file name")
+    prepare_out_dir(p.parent)
+    return p
+
+
+def begin_folder(out: Path) -> None:
+    """Mark ``out`` incomplete (its manifest removed) before a run writes into it: a reader
+    never takes a folder a rerun left half-written for a finished run."""
+    (out / MANIFEST).unlink(missing_ok=True)
+
+
+def finish_folder(out: Path, files: Iterable[str], run: Mapping[str, Any]) -> Path:
+    """Write ``out``'s manifest last: the run (``run``: name, seed, config hash, partial)
+    and the SHA-256 of every file it wrote. Readers check it (``check_folder``)."""
+    digests = {name: _sha256(out / name) for name in files}
+    return write_json(out / MANIFEST, {**run, "files": digests})
+
+
+def check_folder(out: Path) -> dict[str, Any]:
+    """The manifest of a result folder whose files all match it; ``InputFileError``
+    when the folder was left incomplete or a file was since replaced by another run."""
+    path = out / MANIFEST
+    if not path.is_file():
+        raise InputFileError(str(out), None, f"no {MANIFEST}: the run writing this folder "
+                             "did not finish (interrupted?) or predates manifests; rerun it")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        files = dict(manifest["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputFileError(str(path), None, "not a pdsim manifest") from None
+    for name, digest in files.items():
+        f = out / str(name)
+        if not f.is_file() or _sha256(f) != digest:
+            raise InputFileError(str(f), None, f"does not match {MANIFEST} (missing or written "
+                                 "by another run); rerun into an empty folder")
+    return dict(manifest)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
