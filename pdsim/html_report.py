@@ -21,7 +21,13 @@ import numpy as np
 
 from pdsim.errors import InputFileError, PdsimError
 from pdsim.output import write_atomic
-from pdsim.plot_data import CHANGE_METRICS, RunData, read_compare_json, read_run_dir
+from pdsim.plot_data import (
+    CHANGE_METRICS,
+    RunData,
+    metric_changes,
+    read_compare_json,
+    read_run_dir,
+)
 from pdsim.sweep_figures import (
     SWEEP_METRICS,
     SweepTable,
@@ -228,17 +234,12 @@ def change_chart(summaries: Mapping[str, Mapping[str, Any]]) -> Any | None:
     before, after = summaries.get("pd_before_fix"), summaries.get("pd_after_fix")
     if before is None or after is None:
         return None
-    labels, changes, colors, texts = [], [], [], []
-    for key, label, scale, unit, higher_better in CHANGE_METRICS:
-        b, a = before.get(key), after.get(key)
-        if b is None or a is None or not (math.isfinite(b) and math.isfinite(a)) or b == 0:
-            continue
-        change = (a / b - 1.0) * 100.0
-        better = change > 0 if higher_better else change < 0
-        labels.append(label)
-        changes.append(change)
-        colors.append("#2ca02c" if better else "#d62728" if change else "#999999")
-        texts.append(f"{change:+.1f}% ({b * scale:.4g} -> {a * scale:.4g}{unit})")
+    rows = metric_changes(before, after)
+    labels = [r.label for r in rows]
+    changes = [r.change_pct for r in rows]
+    colors = ["#2ca02c" if r.better else "#d62728" if r.change_pct else "#999999"
+              for r in rows]
+    texts = [f"{r.change_pct:+.1f}% ({r.shown})" for r in rows]
     if not labels:
         return None
     fig = go.Figure(go.Bar(x=changes, y=labels, orientation="h", marker_color=colors,

@@ -37,6 +37,30 @@ CHANGE_METRICS = (
     ("p99_ttft_s", "p99 TTFT", 1e3, " ms", False),
     ("mean_e2e_s", "mean E2E", 1.0, " s", False),
 )
+"""(summary key, label, display scale, unit, higher is better) of the before/after chart."""
+
+
+@dataclass(frozen=True)
+class MetricChange:
+    """One ``CHANGE_METRICS`` metric after the fix against before it."""
+
+    label: str
+    change_pct: float
+    better: bool  # moved the right way (an unchanged metric is not better)
+    shown: str  # "before -> after" in display units
+
+
+def metric_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[MetricChange]:
+    """The ``CHANGE_METRICS`` both summaries give finitely (and before is not 0)."""
+    out = []
+    for key, label, scale, unit, higher_better in CHANGE_METRICS:
+        b, a = before.get(key), after.get(key)
+        if b is None or a is None or not (math.isfinite(b) and math.isfinite(a)) or b == 0:
+            continue
+        change = (a / b - 1.0) * 100.0
+        out.append(MetricChange(label, change, change > 0 if higher_better else change < 0,
+                                f"{b * scale:.4g} -> {a * scale:.4g}{unit}"))
+    return out
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from matplotlib.figure import Figure
 from pdsim.errors import InputFileError, PdsimError
 from pdsim.output import write_atomic
 from pdsim.plot_data import (
-    CHANGE_METRICS,
     RunData,
     as_runs,
     as_summaries,
+    metric_changes,
     read_compare_json,
     read_run_dir,
     run_data,
@@ -324,17 +324,11 @@ def metrics_figure(data: Any) -> Figure:
     if before is None or after is None:
         _note(ax, "needs pd_before_fix and pd_after_fix")
         return fig
-    labels, changes, colors, notes = [], [], [], []
-    for key, label, scale, unit, higher_better in CHANGE_METRICS:
-        b, a = before.get(key), after.get(key)
-        if b is None or a is None or not (math.isfinite(b) and math.isfinite(a)) or b == 0:
-            continue
-        change = (a / b - 1.0) * 100.0
-        better = change > 0 if higher_better else change < 0
-        labels.append(label)
-        changes.append(change)
-        colors.append("tab:green" if better else "tab:red" if change else "0.6")
-        notes.append(f"{b * scale:.4g} -> {a * scale:.4g}{unit}")
+    rows = metric_changes(before, after)
+    labels = [r.label for r in rows]
+    changes = [r.change_pct for r in rows]
+    colors = ["tab:green" if r.better else "tab:red" if r.change_pct else "0.6" for r in rows]
+    notes = [r.shown for r in rows]
     y = np.arange(len(labels))[::-1]
     bars = ax.barh(y, changes, color=colors)
     ax.bar_label(bars, labels=[f"{c:+.1f}%  ({n})" for c, n in zip(changes, notes,
