@@ -1,14 +1,8 @@
 """Facts recorded by a run: the records, the instances' facts and the ``Results``.
 
 A run leaves one flat record per request (timestamps, token counts, draft counters) and,
-per instance, the end time of every engine step. Metrics are pure functions of those
-facts (``summarize``), with vLLM's definitions (reference section 6):
-
-- TTFT: arrival to the first output chunk; E2E: arrival to the last.
-- TPOT: ``(E2E - TTFT) / (output_tokens - 1)`` per request with more than one token.
-- ITL: gaps between output chunks (a speculative step's a+1 tokens are one chunk).
-- acceptance rate: accepted / draft tokens; acceptance length: 1 + accepted / drafts;
-  per-position rate i: accepted_per_pos[i] / drafts.
+per instance, the end time of every engine step (``pdsim.facts``). The summary is derived
+from them by ``pdsim.metrics.summarize``, which states the metric definitions.
 """
 
 from __future__ import annotations
