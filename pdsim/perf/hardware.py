@@ -17,6 +17,12 @@ from pdsim.perf.kernels import KernelFit
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
+SCALE_OUT_COLLECTIVE_LATENCY_S = 46.5e-6
+"""Small-message all-reduce over 16 Hopper GPUs in two 8-GPU nodes (CX-7 NDR 400 Gb/s, one
+NIC per GPU, NCCL 2.21 NVLSTree): 46.3-47.8 us for 4 B to 512 B in nccl-tests, median
+46.5 us (NVIDIA/nccl issue #1244, 2024-04-09, 2 x 8 H20). The in-node fit (Vidur's
+8-GPU rings) is 27 us; the difference is the network round trips."""
+
 Precision = Literal["bf16", "fp8", "fp4"]
 """Tensor-core input precisions a profile can give a dense peak for."""
 
@@ -35,6 +41,8 @@ class HardwareSpec(StrictModel):
       an NVL72 rack); parallel groups larger than this use the scale-out network.
     - ``scale_out_bandwidth_gb_per_s``: network (InfiniBand / RoCE) bandwidth per GPU and
       per direction (a 400 Gb/s NIC per GPU is 50 GB/s).
+    - ``scale_out_collective_latency_s``: the fixed time of one small collective whose
+      group spans nodes (it replaces the in-node ``collective_latency_s`` when larger).
     - ``kernels``: the fitted kernel constants (``pdsim.perf.kernels``); the roofline's
       efficiency and latency defaults come from here. A spec without them uses
       ``DEFAULT_KERNELS`` (the H100 fit).
@@ -58,6 +66,9 @@ class HardwareSpec(StrictModel):
     """GPUs reachable over the scale-up fabric."""
     scale_out_bandwidth_gb_per_s: PositiveFloat
     """Network bandwidth per GPU and direction, GB/s."""
+    scale_out_collective_latency_s: Annotated[float, Field(ge=0, le=1.0)] = \
+        SCALE_OUT_COLLECTIVE_LATENCY_S
+    """Fixed time of a small collective over more GPUs than one scale-up domain, seconds."""
     kernels: KernelFit | None = None
     """Fitted kernel constants; null: the default (H100) fit."""
     sources: dict[str, str] = Field(default_factory=dict)
@@ -86,6 +97,14 @@ class HardwareSpec(StrictModel):
     @property
     def hbm_bandwidth_bytes_per_s(self) -> float:
         return self.hbm_bandwidth_gb_per_s * 1e9
+
+    def collective_latency_s(self, group_gpus: int, in_domain_s: float) -> float:
+        """Fixed time of one collective over ``group_gpus`` GPUs: ``in_domain_s`` (the
+        fitted in-node latency) inside one scale-up domain, at least the scale-out latency
+        across domains."""
+        if group_gpus <= self.scale_up_domain_gpus:
+            return in_domain_s
+        return max(in_domain_s, self.scale_out_collective_latency_s)
 
     def link_bandwidth_bytes_per_s(self, group_gpus: int) -> float:
         """Per-direction bandwidth a collective over ``group_gpus`` GPUs runs at."""

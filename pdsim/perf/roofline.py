@@ -94,11 +94,12 @@ class _Stack:
 
     __slots__ = (
         "a2a_count",
+        "a2a_latency_s",
         "a2a_s_per_token",
         "ar_count",
+        "ar_latency_s",
         "ar_s_per_token",
         "attn",
-        "collective_latency_s",
         "dense_half_tokens",
         "dense_s_per_token",
         "dense_weight_s",
@@ -195,7 +196,8 @@ class _Stack:
         self.attn = tuple(attn)
         self.rec_s_per_token = rec_flops / attn_peak
         self.state_s_per_request = 2.0 * state_bytes / bw  # read and write back
-        self.collective_latency_s = cfg.collective_latency_s
+        self.ar_latency_s = hw.collective_latency_s(tp, cfg.collective_latency_s)
+        self.a2a_latency_s = hw.collective_latency_s(ep, cfg.collective_latency_s)
         self.ar_count = allreduces if tp > 1 else 0
         self.ar_s_per_token = (h * act * 2.0 * (tp - 1) / tp
                                / (hw.link_bandwidth_bytes_per_s(tp)
@@ -250,9 +252,9 @@ class _Stack:
             t += max(tokens * self.rec_s_per_token,
                      decode_requests * self.state_s_per_request)
         if self.ar_count:
-            t += self.ar_count * (self.collective_latency_s + tokens * self.ar_s_per_token)
+            t += self.ar_count * (self.ar_latency_s + tokens * self.ar_s_per_token)
         if self.a2a_count:
-            t += self.a2a_count * (self.collective_latency_s + tokens * self.a2a_s_per_token)
+            t += self.a2a_count * (self.a2a_latency_s + tokens * self.a2a_s_per_token)
         return t
 
 
