@@ -49,15 +49,15 @@ class Simulation:
         self._tids = count()
         self.instances: list[Instance] = []
         self.by_role: dict[Role, list[Instance]] = {}
-        for role, group in config.cluster.groups():
-            members = []
-            for i in range(group.count):
+        # instances numbered across a role's pools; the router sees all of a role's
+        for pool in config.cluster.pools():
+            members = self.by_role.setdefault(pool.role, [])
+            for name in pool.instance_names:
                 inst = Instance(self, self.env, config, self.specs, self.acceptance_sampler,
-                                self.hooks, len(self.instances),
-                                f"{role.value[0].upper()}{i}", role, group)
+                                self.hooks, len(self.instances), name, pool.role,
+                                pool.group, pool.name)
                 self.instances.append(inst)
                 members.append(inst)
-            self.by_role[role] = members
         self.by_name = {inst.name: inst for inst in self.instances}
         # the role groups the request path reads (no enum hashing per request)
         self.prefills = self.by_role.get(Role.PREFILL, [])
@@ -260,10 +260,14 @@ class Simulation:
     # -------------------------------------------------------------- transfer
 
     def start_kv_transfer(self, req: Request, d: Instance) -> None:
-        """D allocated blocks for ``req``: handshake with P, then move the blocks."""
+        """D allocated blocks for ``req``: handshake with P, then move the blocks.
+
+        The bytes moved are P's: the blocks P holds for the tokens D loads, in P's KV layout
+        (block size, dtype). D allocated its own blocks for those tokens in its layout and
+        converts on arrival (not timed); with equal layouts both counts agree."""
         p = self.by_name[req.p_instance]
         link = self.links[(p.index, d.index)]
-        nbytes = d.layout.transfer_bytes(req.remote_tokens)
+        nbytes = p.layout.transfer_bytes(req.remote_tokens)
         req.transfer_start_s = self.env.now
         req.kv_bytes = nbytes
         tid = next(self._tids)
