@@ -203,7 +203,9 @@ def test_pool_capacity_checks_use_the_pools_own_memory() -> None:
     assert [p for p, _ in issues] == ["cluster.decode.1.kv_cache_gib"]
     data = hetero_dict()
     data["cluster"]["decode"]["step_time"] = {**D_STEP, "tensor_parallel_size": 1}
-    assert [p for p, _ in _issues(data)][0].startswith("cluster.decode.step_time")
+    issues = _issues(data)
+    assert [p for p, _ in issues] == ["cluster.decode.step_time"]
+    assert "does not fit on h200" in issues[0][1]
 
 
 def test_a_pool_serves_the_configs_model() -> None:
