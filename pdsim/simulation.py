@@ -63,6 +63,9 @@ class Simulation:
         self.prefills = self.by_role.get(Role.PREFILL, [])
         self.decodes = self.by_role.get(Role.DECODE, [])
         self.colocated = self.by_role.get(Role.COLOCATED, [])
+        # roles whose pools differ in the longest request they hold
+        self._fit_varies = {role for role, insts in self.by_role.items()
+                            if len({i.max_fit_tokens for i in insts}) > 1}
         self._max_model_len = config.model.max_model_len
         conn = config.connector
         # before a transfer moves bytes: setup, and the handshake when D pulls
@@ -153,11 +156,16 @@ class Simulation:
 
     # --------------------------------------------------------------- routing
 
-    def _choose(self, group: list[Instance], req: Request) -> Instance | None:
-        """The router's pick among the instances of ``group`` that are up."""
+    def _choose(self, group: list[Instance], req: Request, tokens: int) -> Instance | None:
+        """The router's pick among the instances of ``group`` that are up. Where a role's
+        pools differ in capacity, only among those that can hold ``tokens`` (if any can:
+        else the caller rejects the request as before)."""
         cands: Sequence[Instance] = [i for i in group if i.up]
         if not cands:
             return None
+        if cands[0].role in self._fit_varies:
+            fit = [i for i in cands if tokens <= i.max_fit_tokens]
+            cands = fit or cands
         return cands[self.router.choose(cands, req)]
 
     def _dispatch(self, req: Request) -> None:
@@ -165,7 +173,7 @@ class Simulation:
             self.reject(req, "exceeds_max_model_len")
             return
         if self.colocated:
-            inst = self._choose(self.colocated, req)
+            inst = self._choose(self.colocated, req, req.prompt_tokens + req.output_target)
             if inst is None:
                 self.reject(req, "no_instance_up")
                 return
@@ -176,7 +184,7 @@ class Simulation:
             req.d_queued_s = self.env.now
             inst.add_request(req)
             return
-        p = self._choose(self.prefills, req)
+        p = self._choose(self.prefills, req, req.prompt_tokens)
         if p is None:
             self.reject(req, "no_instance_up")
             return
@@ -209,7 +217,7 @@ class Simulation:
         params.remote_engine_id = p.name
         params.remote_num_tokens = req.p_prompt_tokens
         params.remote_block_ids = tuple(p.pool.tables.get(req.id, ()))
-        d = self._choose(self.decodes, req)
+        d = self._choose(self.decodes, req, req.prompt_tokens + req.output_target)
         if d is None:
             p.release_pinned(req)
             self.fail(req, "no_instance_up")

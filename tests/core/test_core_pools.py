@@ -245,3 +245,18 @@ def test_derived_values_are_per_pool() -> None:
     assert out["decode.0.num_blocks"] == cfg.num_blocks(cfg.cluster.pools(Role.DECODE)[0].group)
     assert "decode.1.step_time_parameters" in out
     assert "prefill.num_blocks" in out
+
+
+def test_pools_of_different_capacity_route_each_request_to_one_that_holds_it() -> None:
+    data = _two_d_pools("round_robin")
+    data["cluster"]["decode"][1]["scheduler"]["num_blocks"] = 30  # 480 tokens
+    # unbounded lengths: the config cannot check capacity, the router and admission do
+    data["workload"]["prompt_tokens"] = {"kind": "lognormal", "mean_tokens": 400, "cv": 0.5}
+    data["workload"]["num_requests"] = 60
+    sim = Simulation(load_config(data))
+    small = sim.by_name["D2"].max_fit_tokens
+    res = sim.run()
+    long_ = [r for r in res.records if r["prompt_tokens"] + r["output_tokens"] > small]
+    assert long_ and all(r["status"] == "finished" for r in long_)
+    assert {r["decode_instance"] for r in long_} <= {"D0", "D1"}
+    assert "D2" in {r["decode_instance"] for r in res.records}
