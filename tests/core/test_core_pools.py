@@ -260,3 +260,42 @@ def test_pools_of_different_capacity_route_each_request_to_one_that_holds_it() -
     assert long_ and all(r["status"] == "finished" for r in long_)
     assert {r["decode_instance"] for r in long_} <= {"D0", "D1"}
     assert "D2" in {r["decode_instance"] for r in res.records}
+
+
+def test_pools_with_different_expert_parallelism_get_their_own_memory() -> None:
+    """DeepSeek-V3 on H200: P at TP8, D at TP8 with experts over 16 GPUs (two DP ranks)."""
+    sched = {"max_num_seqs": 32, "max_num_batched_tokens": 4096, "block_size": 64}
+    p_step = {"kind": "roofline", "hardware": "h200", "tensor_parallel_size": 8}
+    d_step = {**p_step, "expert_parallel_size": 16}
+    cfg = load_config({
+        "model": {"profile": "deepseek-v3"},
+        "step_time": p_step,
+        "cluster": {"prefill": {"scheduler": sched, "step_time": p_step},
+                    "decode": {"scheduler": sched, "step_time": d_step}},
+        "workload": {"num_requests": 4}})
+    arch, h200 = load_model_architecture("deepseek-v3"), load_hardware("h200")
+    want = [kv_blocks_per_instance(arch, h200, 8, 0.9, 64, expert_parallel_size=ep)
+            for ep in (1, 16)]
+    got = [cfg.num_blocks(g) for g in (cfg.cluster.prefill, cfg.cluster.decode)]
+    assert got == want and want[1] > want[0]  # half the experts per GPU: more KV room
+    batch = StepBatch(0, 0.0, 32, 32, 32 * 2000)
+    sim = Simulation(cfg)
+    own = RooflineStepTime(RooflineStepTimeConfig.model_validate(
+        {**d_step, "model": "deepseek-v3"}), 0, 0)
+    assert sim.by_name["D0"].step_model.step_time_s(batch) == own.step_time_s(batch)
+    assert sim.by_name["P0"].step_model.step_time_s(batch) != own.step_time_s(batch)
+
+
+def test_search_takes_each_roles_gpus_and_needs_one_group_per_role() -> None:
+    from pdsim.search import default_gpus_per_instance, split_config
+
+    cfg = load_config(hetero_dict())
+    assert (default_gpus_per_instance(cfg, Role.PREFILL),
+            default_gpus_per_instance(cfg, Role.DECODE), default_gpus_per_instance(cfg)) \
+        == (8, 4, 8)
+    split = split_config(cfg, 2, 3)
+    assert (split.cluster.count(Role.PREFILL), split.cluster.count(Role.DECODE)) == (2, 3)
+    assert split.cluster.decode.step_time == cfg.cluster.decode.step_time
+    with pytest.raises(ConfigError) as err:
+        split_config(load_config(_two_d_pools("round_robin")), 1, 1)
+    assert err.value.issues[0][0] == "cluster.decode"
