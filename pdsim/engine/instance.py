@@ -70,6 +70,7 @@ class Instance:
         self.step_priority = step_end_priority(index)
         self.name = name
         self.role = role
+        self.group = group  # its pool's config: cfg.step_time_of(group) is its step time
         self.pool_name = pool_name  # '' for a role's one unnamed group
         sched = group.scheduler
         self.step_model = build_step_time_model(cfg, role, group)

@@ -178,6 +178,10 @@ def test_list_form_errors_name_the_pool() -> None:
     data = _two_d_pools("round_robin")
     data["cluster"]["decode"][1]["step_time"]["per_token_s"] = -1
     assert [p for p, _ in _issues(data)] == ["cluster.decode.1.step_time.per_token_s"]
+    data = hetero_dict()
+    data["cluster"]["decode"] = [data["cluster"]["decode"]]
+    data["cluster"]["decode"][0]["step_time"] = {**D_STEP, "kv_cache_dtype": "fp7"}
+    assert [p for p, _ in _issues(data)] == ["cluster.decode.0.step_time.kv_cache_dtype"]
     data = _two_d_pools("round_robin")
     data["cluster"]["decode"][1]["scheduler"]["num_blocks"] = 2  # too small for a request
     assert [p for p, _ in _issues(data)] == ["cluster.decode.1.scheduler.num_blocks"]
