@@ -234,9 +234,11 @@ class SimConfig(StrictModel):
                 f"speculative.stale_kv: sensitivity_per_slot and residual_guess_accuracy "
                 f"were fitted to {STALE_KV_FIT.model_profile}, not to this model ({this}); "
                 f"fit them to this model's measurements with `pdsim calibrate` or set them")
-        owners = [("step_time", self.step_time)] + [
-            (f"{p.path}.step_time", p.group.step_time) for p in self.cluster.pools()
-            if p.group.step_time is not None]
+        pools = self.cluster.pools()
+        owners = [(f"{p.path}.step_time", p.group.step_time) for p in pools
+                  if p.group.step_time is not None]
+        if len(owners) < len(pools):  # some pool runs on the root step time
+            owners.insert(0, ("step_time", self.step_time))
         for path, st in owners:
             if isinstance(st, RooflineStepTimeConfig) and st.borrowed_fit:
                 out.append(f"{path}: {st.kernels_from} has no kernel fit of its own; its "

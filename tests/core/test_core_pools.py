@@ -232,6 +232,11 @@ def test_borrowed_kernel_fits_are_reported_per_pool() -> None:
     warnings = cfg.foreign_fit_warnings
     assert any(w.startswith("cluster.decode.step_time: h200") for w in warnings)
     assert not any(w.startswith("cluster.prefill") for w in warnings)
+    data = hetero_dict()
+    data["step_time"]["hardware"] = "h200"  # borrowed, but every pool has its own
+    assert not any(w.startswith("step_time") for w in load_config(data).foreign_fit_warnings)
+    del data["cluster"]["prefill"]["step_time"]  # now P runs on it
+    assert any(w.startswith("step_time: h200") for w in load_config(data).foreign_fit_warnings)
 
 
 def test_calibration_refuses_per_pool_step_times() -> None:
