@@ -1,9 +1,11 @@
 """The simulation config's root, ``SimConfig``: frozen, strict pydantic, loaded from YAML.
 
 Its sections (model, speculation, connector, router, SLOs) are defined in
-``pdsim.config_sections``, the cluster's pools in ``pdsim.config_cluster``; both are
-re-exported here; the workload, step-time and fault sections
-live with their subsystems.
+``pdsim.config_sections`` and the cluster's pools in ``pdsim.config_cluster``, both
+re-exported here; the workload, step-time and fault sections live with their subsystems.
+Per-pool values (a pool's step time, KV bytes, KV pool) are methods taking the pool's
+group: ``step_time_of``, ``model_of``, ``kv_bytes_per_token_of``, ``kv_layout``,
+``num_blocks``.
 
 Derived values (``num_prefill_lookahead_tokens`` above all) are properties of the root
 config, computed here and nowhere else: the scheduler, the connector and the drafter state

@@ -7,11 +7,14 @@ functions for each pool's hardware, parallelism and dtypes, never copied from a 
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 import numpy as np
 import pytest
 from core_support import base_dict
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdsim import load_config
 from pdsim.config import Role
@@ -308,3 +311,38 @@ def test_search_takes_each_roles_gpus_and_needs_one_group_per_role() -> None:
     with pytest.raises(ConfigError) as err:
         split_config(load_config(_two_d_pools("round_robin")), 1, 1)
     assert err.value.issues[0][0] == "cluster.decode"
+
+
+@st.composite
+def _splits(draw: st.DrawFn) -> tuple[list[int], list[int]]:
+    """Instance counts of P and D pools (1-3 instances per role, split into pools)."""
+    out = []
+    for _ in range(2):
+        total = draw(st.integers(1, 3))
+        cuts = sorted(draw(st.sets(st.integers(1, total - 1), max_size=total - 1))
+                      if total > 1 else set())
+        bounds = [0, *cuts, total]
+        out.append([b - a for a, b in itertools.pairwise(bounds)])
+    return out[0], out[1]
+
+
+@settings(max_examples=8, deadline=None)
+@given(_splits(), st.sampled_from(["round_robin", "least_loaded", "random"]))
+def test_splitting_a_group_into_identical_pools_changes_nothing(
+        split: tuple[list[int], list[int]], policy: str) -> None:
+    whole = base_dict()
+    whole["router"] = {"policy": policy}
+    whole["workload"]["num_requests"] = 16
+    pooled = copy.deepcopy(whole)
+    for role, counts in zip(("prefill", "decode"), split, strict=True):
+        whole["cluster"][role]["count"] = sum(counts)
+        pooled["cluster"][role] = [{**whole["cluster"][role], "count": n} for n in counts]
+    a, b = Simulation(load_config(whole)).run(), Simulation(load_config(pooled)).run()
+    for key, col in a.records.columns.items():
+        if isinstance(col, np.ndarray):
+            np.testing.assert_array_equal(col, b.records.columns[key])
+        else:
+            assert col == b.records.columns[key]
+    for fa, fb in zip(a.instances, b.instances, strict=True):
+        assert fa.name == fb.name
+        np.testing.assert_array_equal(fa.step_log, fb.step_log)
