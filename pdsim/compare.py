@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pdsim.config import SimConfig
+from pdsim.config import Role, SimConfig
 from pdsim.loader import apply_overrides, config_from_dict
 from pdsim.results import Results
 from pdsim.simulation import ProgressFn, simulate
@@ -97,8 +97,9 @@ def compare(cfg: SimConfig, colocated: bool = False,
                                  progress=progress),
     }
     if colocated:
-        count = cfg.cluster.prefill.count + cfg.cluster.decode.count
-        co = cfg.cluster.decode.model_dump(mode="json")
+        c = cfg.cluster
+        count = c.count(Role.PREFILL) + c.count(Role.DECODE)
+        co = c.single(Role.DECODE, "the colocated variant").model_dump(mode="json")
         co["count"] = count
         out["colocated"] = simulate(variant(cfg, cluster__mode="colocated",
                                             cluster__colocated=co), progress=progress)

@@ -1,8 +1,11 @@
 """The simulation config's root, ``SimConfig``: frozen, strict pydantic, loaded from YAML.
 
-Its sections (model, speculation, cluster, connector, router, SLOs) are defined in
-``pdsim.config_sections`` and re-exported here; the workload, step-time and fault sections
-live with their subsystems.
+Its sections (model, speculation, connector, router, SLOs) are defined in
+``pdsim.config_sections`` and the cluster's pools in ``pdsim.config_cluster``, both
+re-exported here; the workload, step-time and fault sections live with their subsystems.
+Per-pool values (a pool's step time, KV bytes, KV pool) are methods taking the pool's
+group: ``step_time_of``, ``model_of``, ``kv_bytes_per_token_of``, ``kv_layout``,
+``num_blocks``.
 
 Derived values (``num_prefill_lookahead_tokens`` above all) are properties of the root
 config, computed here and nowhere else: the scheduler, the connector and the drafter state
@@ -16,15 +19,20 @@ import math
 import numpy as np
 from pydantic import model_validator
 
-from pdsim._model import MAX_BLOCKS, StrictModel
+from pdsim._model import StrictModel
+from pdsim.config_cluster import (
+    ClusterConfig,
+    InstanceGroupConfig,
+    Pool,
+    pool_model,
+    pool_num_blocks,
+)
 from pdsim.config_sections import (
     EAGLE_FAMILY,
     STALE_KV_FIT,
-    ClusterConfig,
     ConditionalAcceptance,
     ConnectorConfig,
     ConstantAcceptance,
-    InstanceGroupConfig,
     LayerGroup,
     ModelConfig,
     NonNegInt,
@@ -54,6 +62,7 @@ __all__ = [
     "LayerGroup",
     "ModelConfig",
     "PerPositionAcceptance",
+    "Pool",
     "Role",
     "RouterConfig",
     "SLOConfig",
@@ -147,10 +156,33 @@ class SimConfig(StrictModel):
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV bytes per token: target attention layers plus the drafter modules' KV."""
-        mods = self.num_drafter_modules if self.speculative.method in EAGLE_FAMILY else 0
-        return (self.model.target_kv_bytes_per_token
-                + mods * self.model.mtp_kv_bytes_per_token_per_module)
+        """KV bytes per token: target attention layers plus the drafter modules' KV (as the
+        ``model`` section stores them; a pool may differ: ``kv_bytes_per_token_of``)."""
+        return self.kv_bytes_per_token_of(None)
+
+    @property
+    def _kv_drafter_modules(self) -> int:
+        """Drafter modules whose KV sits in the pool (eagle-family drafters only)."""
+        return self.num_drafter_modules if self.speculative.method in EAGLE_FAMILY else 0
+
+    def step_time_of(self, group: InstanceGroupConfig | None) -> StepTimeConfig:
+        """The step-time model of ``group``: its own ``step_time``, else the root's."""
+        own = group.step_time if group is not None else None
+        return own if own is not None else self.step_time
+
+    def model_of(self, group: InstanceGroupConfig | None) -> ModelConfig:
+        """The model as ``group`` stores its KV: the ``model`` section, or its KV layout
+        re-derived at the group's own KV dtype (``config_cluster.pool_model``)."""
+        if group is None or group.step_time is None:
+            return self.model
+        return pool_model(self.model, self.step_time, group.step_time)
+
+    def kv_bytes_per_token_of(self, group: InstanceGroupConfig | None) -> int:
+        """KV bytes one token occupies in ``group``'s pool (None: the ``model`` section's):
+        target attention layers plus the drafter modules' KV."""
+        model = self.model_of(group)
+        return (model.target_kv_bytes_per_token
+                + self._kv_drafter_modules * model.mtp_kv_bytes_per_token_per_module)
 
     @property
     def conditional_acceptance(self) -> np.ndarray:
@@ -158,12 +190,15 @@ class SimConfig(StrictModel):
         n = self.speculative.num_speculative_tokens
         return self.speculative.acceptance.conditional(n)
 
-    def kv_layout(self, block_size: int) -> KVLayout:
-        """The KV layout of a pool of ``block_size``-token blocks: full-attention and drafter
-        KV per block, sliding-window groups keeping ``window + extra_retained_tokens``
-        tokens, Mamba state as whole block-equivalents."""
-        groups = self.model.layer_groups
-        full = self.kv_bytes_per_token - sum(
+    def kv_layout(self, block_size: int,
+                  group: InstanceGroupConfig | None = None) -> KVLayout:
+        """The KV layout of a pool of ``block_size``-token blocks (of ``group``'s KV, None:
+        the ``model`` section's): full-attention and drafter KV per block, sliding-window
+        groups keeping ``window + extra_retained_tokens`` tokens, Mamba state as whole
+        block-equivalents."""
+        model = self.model_of(group)
+        groups = model.layer_groups
+        full = self.kv_bytes_per_token_of(group) - sum(
             g.num_layers * g.kv_bytes_per_token_per_layer
             for g in groups if g.kind == "sliding_window")
         block_bytes = max(1, block_size * max(1, full))
@@ -171,8 +206,8 @@ class SimConfig(StrictModel):
         sliding = tuple(
             (int(g.window_tokens or 0) + extra, g.num_layers * g.kv_bytes_per_token_per_layer)
             for g in groups if g.kind == "sliding_window")
-        fixed = (math.ceil(self.model.mamba_state_bytes / block_bytes)
-                 if self.model.has_mamba else 0)
+        fixed = (math.ceil(model.mamba_state_bytes / block_bytes)
+                 if model.has_mamba else 0)
         return KVLayout(block_size=block_size, block_bytes=block_bytes, sliding=sliding,
                         fixed_blocks=fixed)
 
@@ -201,10 +236,15 @@ class SimConfig(StrictModel):
                 f"speculative.stale_kv: sensitivity_per_slot and residual_guess_accuracy "
                 f"were fitted to {STALE_KV_FIT.model_profile}, not to this model ({this}); "
                 f"fit them to this model's measurements with `pdsim calibrate` or set them")
-        st = self.step_time
-        if isinstance(st, RooflineStepTimeConfig) and st.borrowed_fit:
-            out.append(f"step_time: {st.kernels_from} has no kernel fit of its own; its "
-                       f"kernel constants are borrowed ({st.borrowed_fit})")
+        pools = self.cluster.pools()
+        owners = [(f"{p.path}.step_time", p.group.step_time) for p in pools
+                  if p.group.step_time is not None]
+        if len(owners) < len(pools):  # some pool runs on the root step time
+            owners.insert(0, ("step_time", self.step_time))
+        for path, st in owners:
+            if isinstance(st, RooflineStepTimeConfig) and st.borrowed_fit:
+                out.append(f"{path}: {st.kernels_from} has no kernel fit of its own; its "
+                           f"kernel constants are borrowed ({st.borrowed_fit})")
         return out
 
     @property
@@ -231,38 +271,20 @@ class SimConfig(StrictModel):
         n_spec = self.speculative.num_speculative_tokens if role is not Role.PREFILL else 0
         return 1 + n_spec
 
-    def num_blocks(self, role: Role) -> int:
-        """KV blocks of one instance of ``role``: given, from ``kv_cache_gib``, or derived
-        from the hardware's memory (roofline step time). Raises ``ConfigError``."""
-        group = dict(self.cluster.groups())[role]
-        sched = group.scheduler
-        path = f"cluster.{role.value}"
-        if sched.num_blocks is not None:
-            n = sched.num_blocks
-        elif group.kv_cache_gib is not None:
-            block_bytes = sched.block_size * max(1, self.kv_bytes_per_token)
-            n = max(1, math.floor(group.kv_cache_gib * 2**30 / block_bytes))
-        elif self.step_time.kind == "roofline":
-            from pdsim.perf.memory import kv_blocks_per_instance
+    def pool(self, of: Role | InstanceGroupConfig) -> Pool:
+        """The pool of a group (this very object), or a role's first pool."""
+        if isinstance(of, Role):
+            return self.cluster.pools(of)[0]
+        return self.cluster.pool_of(of)
 
-            st = self.step_time
-            n = kv_blocks_per_instance(
-                st.resolved_model(), st.resolved_hardware(), st.tensor_parallel_size,
-                st.gpu_memory_utilization, sched.block_size,
-                expert_parallel_size=st.expert_parallel_size,
-                drafter_modules=(self.num_drafter_modules
-                                 if self.speculative.method in EAGLE_FAMILY else 0),
-                max_num_seqs=sched.max_num_seqs if self.model.has_mamba else None,
-                runtime_reserve_gib=st.runtime_reserve_gib, path=path)
-        else:
-            raise ConfigError(f"{path}.kv_cache_gib",
-                              "give kv_cache_gib or scheduler.num_blocks (or use a roofline "
-                              "step_time, which derives the KV pool from the hardware)")
-        if n > MAX_BLOCKS:  # a derived pool: the field's own bound covers a given one
-            raise ConfigError(f"{path}.kv_cache_gib", f"derives {n:,} KV blocks; at most "
-                              f"{MAX_BLOCKS:,} (block ids exact in 64-bit arithmetic): use a "
-                              f"smaller pool or a larger block_size")
-        return n
+    def num_blocks(self, of: Role | InstanceGroupConfig) -> int:
+        """KV blocks of one instance of a group (or of a role's first pool): given, from
+        ``kv_cache_gib``, or derived from the hardware's memory (its roofline step time).
+        Raises ``ConfigError`` naming the pool's path."""
+        pool = self.pool(of)
+        return pool_num_blocks(pool, self.step_time_of(pool.group),
+                               self.kv_bytes_per_token_of(pool.group),
+                               self._kv_drafter_modules, self.model.has_mamba)
 
     # -------------------------------------------------------------- validation
 
@@ -279,24 +301,15 @@ class SimConfig(StrictModel):
                            f"{s.num_speculative_tokens} drafts but the model has only "
                            f"{m.num_mtp_modules} MTP modules; allowed: 1..{m.num_mtp_modules}"))
         c = self.cluster
-        if c.mode == "disaggregated":
-            if c.prefill.count < 1:
-                issues.append(("cluster.prefill.count",
-                               "disaggregated mode needs at least one prefill instance"))
-            if c.decode.count < 1:
-                issues.append(("cluster.decode.count",
-                               "disaggregated mode needs at least one decode instance"))
-        elif c.colocated.count < 1:
-            issues.append(("cluster.colocated.count",
-                           "colocated mode needs at least one instance"))
+        issues.extend(_pool_issues(self))
         n_query = 1 + s.num_speculative_tokens
-        for role, group in c.groups():
-            path = f"cluster.{role.value}"
+        for pool in c.pools():
+            role, group, path = pool.role, pool.group, pool.path
             sched = group.scheduler
             if group.count < 1:
                 continue
             try:
-                blocks = self.num_blocks(role)
+                blocks = self.num_blocks(group)
             except ConfigError as exc:
                 issues.extend(exc.issues)
             else:
@@ -311,7 +324,7 @@ class SimConfig(StrictModel):
                     continue
 
                 room = self.admission_room_tokens(role)
-                need = self.kv_layout(sched.block_size).blocks_for(longest + room)
+                need = self.kv_layout(sched.block_size, group).blocks_for(longest + room)
                 if need > blocks:
                     where = ("scheduler.num_blocks" if sched.num_blocks is not None
                              else "kv_cache_gib")
@@ -351,13 +364,14 @@ class SimConfig(StrictModel):
         if self.router.policy not in ROUTERS:
             issues.append(("router.policy", f"unknown policy {self.router.policy!r}; "
                            f"allowed: {', '.join(ROUTERS)}"))
-        names = {f"{role.value[0].upper()}{i}" for role, g in c.groups() for i in range(g.count)}
+        names = {n for p in c.pools() for n in p.instance_names}
         for i, o in enumerate(self.faults.instance_outages):
             if o.instance not in names:
                 issues.append((f"faults.instance_outages.{i}.instance",
                                f"no instance {o.instance!r}; this cluster has "
                                f"{', '.join(sorted(names))}"))
-        links = {f"P{i}->D{j}" for i in range(c.prefill.count) for j in range(c.decode.count)}
+        links = {f"P{i}->D{j}" for i in range(c.count(Role.PREFILL))
+                 for j in range(c.count(Role.DECODE))}
         for i, d in enumerate(self.faults.link_degradations):
             if d.link is not None and (c.mode == "colocated" or d.link not in links):
                 issues.append((f"faults.link_degradations.{i}.link",
@@ -366,6 +380,30 @@ class SimConfig(StrictModel):
         if issues:
             raise ConfigError("", issues=issues)
         return self
+
+
+def _pool_issues(cfg: SimConfig) -> list[tuple[str, str]]:
+    """Every role the mode runs has instances; a pool's own roofline step time serves the
+    config's model profile."""
+    issues = []
+    c = cfg.cluster
+    for role in c.roles():
+        if c.count(role) < 1:
+            single = not isinstance(getattr(c, role.value), tuple)
+            what = (f"{c.mode} mode needs at least one {role.value} instance"
+                    if role is not Role.COLOCATED else "colocated mode needs at least one "
+                    "instance")
+            issues.append((f"cluster.{role.value}" + (".count" if single else ""),
+                           what + ("" if single else " (every pool's count is 0)")))
+    profile = cfg.model.profile
+    for pool in c.pools():
+        st = pool.group.step_time
+        if (profile is not None and isinstance(st, RooflineStepTimeConfig)
+                and isinstance(st.model, str) and st.model != profile):
+            issues.append((f"{pool.path}.step_time.model",
+                           f"{st.model!r} is not the served model ({profile!r}, "
+                           f"model.profile): every pool serves the same model"))
+    return issues
 
 
 def _max_tokens(dist: object, synthetic: bool, unbounded: int) -> int:

@@ -1,6 +1,7 @@
-"""The sections of the simulation config: model, speculation, cluster, connector, router
-and SLOs. Frozen, strict pydantic models; the root ``SimConfig`` (``pdsim.config``) holds
-them, derives values from them and checks them against each other.
+"""The sections of the simulation config: model, speculation, schedulers, connector, router
+and SLOs (the cluster's instance groups are in ``pdsim.config_cluster``). Frozen, strict
+pydantic models; the root ``SimConfig`` (``pdsim.config``) holds them, derives values from
+them and checks them against each other.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from pydantic import Field, model_validator
 from pdsim._model import (
     MAX_BATCH_SEQS,
     MAX_BLOCKS,
-    MAX_INSTANCES,
-    MAX_KV_CACHE_GIB,
     MAX_TOKENS,
     MIN_BANDWIDTH_GB_PER_S,
     StrictModel,
@@ -285,49 +284,6 @@ class SchedulerConfig(StrictModel):
     """Most prompt tokens one request may prefill per step; null: no limit."""
     enable_prefix_caching: bool = False
     """Reuse KV blocks of shared prompt prefixes (vLLM --enable-prefix-caching)."""
-
-
-class InstanceGroupConfig(StrictModel):
-    """``count`` identical instances.
-
-    The KV pool is ``scheduler.num_blocks`` when given, else ``kv_cache_gib`` of KV memory
-    divided into blocks, else (``kv_cache_gib: null`` with a roofline step time) what the
-    hardware's memory leaves after the weights.
-    """
-
-    count: Annotated[int, Field(ge=0), at_most(
-        MAX_INSTANCES, "each instance is simulated step by step")] = 1
-    """Identical instances in this group."""
-    scheduler: SchedulerConfig = SchedulerConfig()
-    """Scheduler limits of each instance."""
-    kv_cache_gib: Annotated[float, Field(gt=0), at_most(
-        MAX_KV_CACHE_GIB, "1 PiB per instance; larger pools overflow the block count")
-    ] | None = None
-    """KV memory per instance in GiB; null with a roofline step time: what the GPU memory leaves
-    after the weights."""
-
-
-class ClusterConfig(StrictModel):
-    """``disaggregated``: P and D groups; ``colocated``: instances that prefill and decode."""
-
-    mode: Literal["disaggregated", "colocated"] = "disaggregated"
-    """disaggregated: prefill (P) and decode (D) groups; colocated: instances that do both."""
-    prefill: InstanceGroupConfig = InstanceGroupConfig(
-        scheduler=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=8192),
-        kv_cache_gib=40.0)
-    """The prefill (P) instances (disaggregated mode)."""
-    decode: InstanceGroupConfig = InstanceGroupConfig(
-        scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=2048),
-        kv_cache_gib=40.0)
-    """The decode (D) instances (disaggregated mode)."""
-    colocated: InstanceGroupConfig = InstanceGroupConfig(count=1, kv_cache_gib=40.0)
-    """The instances that prefill and decode (colocated mode)."""
-
-    def groups(self) -> list[tuple[Role, InstanceGroupConfig]]:
-        """The instance groups this mode runs, in a fixed order."""
-        if self.mode == "colocated":
-            return [(Role.COLOCATED, self.colocated)]
-        return [(Role.PREFILL, self.prefill), (Role.DECODE, self.decode)]
 
 
 class ConnectorConfig(StrictModel):

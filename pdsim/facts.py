@@ -20,3 +20,5 @@ class InstanceFacts:
     step_log: np.ndarray
     busy_s: float
     preemptions: int
+    pool: str = ""
+    """The instance's pool name ('' for a role's one unnamed group)."""

@@ -246,6 +246,28 @@ def expand_profiles(data: Mapping[str, Any]) -> dict[str, Any]:
         out["model"] = {**fields, **(model if isinstance(model, dict) else {})}
         if isinstance(st, dict) and st.get("kind") == "roofline" and "model" not in st:
             out["step_time"] = {**st, "model": profile}
+        if "cluster" in out:
+            out["cluster"] = _pools_with_profile(out["cluster"], profile)
+    return out
+
+
+def _pools_with_profile(cluster: Any, profile: str) -> Any:
+    """``cluster`` with each pool's own roofline step time defaulting its ``model`` to the
+    profile (its KV dtype is checked by the step time's own validation)."""
+    if not isinstance(cluster, dict):
+        return cluster
+
+    def fill(group: Any) -> Any:
+        st = group.get("step_time") if isinstance(group, dict) else None
+        if isinstance(st, dict) and st.get("kind") == "roofline" and "model" not in st:
+            return {**group, "step_time": {**st, "model": profile}}
+        return group
+
+    out = dict(cluster)
+    for role in ("prefill", "decode", "colocated"):
+        value = out.get(role)
+        if role in out:
+            out[role] = [fill(g) for g in value] if isinstance(value, list) else fill(value)
     return out
 
 
@@ -304,8 +326,12 @@ def derived_values(cfg: SimConfig) -> dict[str, Any]:
     out["step_time_parameters"] = cfg.step_time.parameter_provenance
     if cfg.stale_kv_provenance:
         out["stale_kv_parameters"] = cfg.stale_kv_provenance
-    for role, _group in cfg.cluster.groups():
-        out[f"{role.value}.num_blocks"] = cfg.num_blocks(role)
+    for pool in cfg.cluster.pools():
+        g = pool.group
+        if g.step_time is not None:
+            out[f"{pool.label}.step_time_parameters"] = g.step_time.parameter_provenance
+            out[f"{pool.label}.kv_bytes_per_token"] = cfg.kv_bytes_per_token_of(g)
+        out[f"{pool.label}.num_blocks"] = cfg.num_blocks(g)
     return out
 
 

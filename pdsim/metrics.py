@@ -245,5 +245,5 @@ def _instances(instances: list[InstanceFacts]) -> dict[str, InstanceSummary]:
         per_inst[f.name] = InstanceSummary(
             role=f.role, steps=len(f.step_end_s),
             busy_fraction=f.busy_s / horizon if horizon > 0 else 0.0,
-            mean_kv_usage=kv, mean_running=running, preemptions=f.preemptions)
+            mean_kv_usage=kv, mean_running=running, preemptions=f.preemptions, pool=f.pool)
     return per_inst

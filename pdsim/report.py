@@ -67,7 +67,30 @@ def summary_table(summary: Mapping[str, Any], title: str = "pdsim summary") -> T
     outer = Table.grid()
     outer.add_row(t)
     outer.add_row(t2)
+    pools = pool_table(summary.get("instances") or {})
+    if pools is not None:
+        outer.add_row(pools)
     return outer
+
+
+def pool_table(instances: Mapping[str, Mapping[str, Any]]) -> Table | None:
+    """Per pool (``cluster.<role>`` given as a list or named): its instances and their
+    mean busy fraction, KV usage and running requests. None when no instance has a pool."""
+    by_pool: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for inst in instances.values():
+        if inst.get("pool"):
+            by_pool.setdefault((inst["role"], inst["pool"]), []).append(inst)
+    if not by_pool:
+        return None
+    t = Table(title="pools (means over their instances)", header_style="bold")
+    for col in ("pool", "role", "instances", "busy (%)", "KV usage (%)", "running"):
+        t.add_column(col, justify="left" if col in ("pool", "role") else "right")
+    for (role, pool), members in by_pool.items():
+        def mean(key: str, members: list[Mapping[str, Any]] = members) -> float:
+            return sum(float(m[key]) for m in members) / len(members)
+        t.add_row(pool, role, str(len(members)), _fmt(mean("busy_fraction") * 100, 1),
+                  _fmt(mean("mean_kv_usage") * 100, 2), _fmt(mean("mean_running"), 2))
+    return t
 
 
 def _finite(v: Any) -> bool:

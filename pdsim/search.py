@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pdsim.config import SimConfig
+from pdsim.config import Role, SimConfig
 from pdsim.errors import ConfigError
 from pdsim.loader import config_from_dict
 from pdsim.perf.config import RooflineStepTimeConfig
@@ -216,9 +216,11 @@ def max_rate_meeting_slo(cfg: SimConfig, lo: float | None = None, hi: float | No
 # ------------------------------------------------------------------ P:D split
 
 
-def default_gpus_per_instance(cfg: SimConfig) -> int:
-    """GPUs one instance occupies: the roofline's ``tensor_parallel_size``, else 1."""
-    st = cfg.step_time
+def default_gpus_per_instance(cfg: SimConfig, role: Role | None = None) -> int:
+    """GPUs one instance (of ``role``'s first pool, if given) occupies: its roofline step
+    time's ``tensor_parallel_size``, else 1."""
+    group = cfg.cluster.pools(role)[0].group if role is not None else None
+    st = cfg.step_time_of(group)
     return st.tensor_parallel_size if isinstance(st, RooflineStepTimeConfig) else 1
 
 
@@ -226,9 +228,11 @@ def split_config(cfg: SimConfig, prefill_count: int, decode_count: int) -> SimCo
     """``cfg`` with ``prefill_count`` P and ``decode_count`` D instances, and its rate
     scaled by the change in instance count (the search's starting point)."""
     data = cfg.model_dump(mode="json")
-    old = cfg.cluster.prefill.count + cfg.cluster.decode.count
-    data["cluster"]["prefill"]["count"] = prefill_count
-    data["cluster"]["decode"]["count"] = decode_count
+    c = cfg.cluster
+    old = c.count(Role.PREFILL) + c.count(Role.DECODE)
+    for role, n in ((Role.PREFILL, prefill_count), (Role.DECODE, decode_count)):
+        group = c.single(role, "a P:D split").model_dump(mode="json")
+        data["cluster"][role.value] = {**group, "count": n}
     rate = data["workload"]["arrivals"]["rate_per_s"]
     data["workload"]["arrivals"]["rate_per_s"] = rate * (prefill_count + decode_count) / old
     return config_from_dict(data)
@@ -254,24 +258,33 @@ def best_pd_split(cfg: SimConfig, gpu_budget: int, gpus_per_instance: int | None
                   ) -> list[SplitResult]:
     """Every P:D split of ``gpu_budget`` GPUs, best goodput per GPU first.
 
-    The budget holds ``gpu_budget // gpus_per_instance`` instances (default GPUs per
-    instance: ``default_gpus_per_instance``); every split uses all of them, with at least
-    one P and one D. Each split is searched at its own highest SLO-meeting rate
+    Each split has p P instances and as many D as the rest of the budget holds (at least
+    one of each); GPUs per instance: ``gpus_per_instance`` for both roles, by default each
+    role's own (``default_gpus_per_instance``), so P and D on different parallelism split
+    the budget by their own sizes. Each split is searched at its own highest SLO-meeting rate
     (``max_rate_meeting_slo``), its goodput divided by the GPUs it uses. Ties go to fewer
     prefill instances. ``workers`` > 1 searches splits in parallel processes.
     """
     check_searchable(cfg)
     if cfg.cluster.mode != "disaggregated":
         raise ConfigError("cluster.mode", "a P:D split needs a disaggregated cluster")
-    g = gpus_per_instance if gpus_per_instance is not None else default_gpus_per_instance(cfg)
-    if g < 1:
+    c = cfg.cluster
+    c.single(Role.PREFILL, "a P:D split")
+    c.single(Role.DECODE, "a P:D split")
+    if gpus_per_instance is not None:
+        gp = gd = gpus_per_instance
+    else:
+        gp, gd = (default_gpus_per_instance(cfg, r) for r in (Role.PREFILL, Role.DECODE))
+    if min(gp, gd) < 1:
         raise ConfigError("gpus_per_instance", "must be at least 1")
-    n = gpu_budget // g
-    if n < 2:
-        raise ConfigError("gpu_budget", f"{gpu_budget} GPUs hold {n} instance(s) of {g} "
-                                        f"GPU(s); a P:D split needs at least 2")
+    # every split uses as many D as the GPUs P leaves hold
+    splits = [(p, (gpu_budget - p * gp) // gd) for p in range(1, gpu_budget // gp + 1)]
+    splits = [(p, d) for p, d in splits if d >= 1]
+    if not splits:
+        raise ConfigError("gpu_budget", f"{gpu_budget} GPUs cannot hold one P of {gp} and "
+                                        f"one D of {gd} GPU(s); a P:D split needs both")
     cfg_json = cfg.model_dump_json()
-    jobs = [(cfg_json, p, n - p, n * g, tol, min_requests) for p in range(1, n)]
+    jobs = [(cfg_json, p, d, p * gp + d * gd, tol, min_requests) for p, d in splits]
     results: list[SplitResult] = []
     if progress is not None:
         progress(0, len(jobs))

@@ -49,20 +49,23 @@ class Simulation:
         self._tids = count()
         self.instances: list[Instance] = []
         self.by_role: dict[Role, list[Instance]] = {}
-        for role, group in config.cluster.groups():
-            members = []
-            for i in range(group.count):
+        # instances numbered across a role's pools; the router sees all of a role's
+        for pool in config.cluster.pools():
+            members = self.by_role.setdefault(pool.role, [])
+            for name in pool.instance_names:
                 inst = Instance(self, self.env, config, self.specs, self.acceptance_sampler,
-                                self.hooks, len(self.instances),
-                                f"{role.value[0].upper()}{i}", role, group)
+                                self.hooks, len(self.instances), name, pool.role,
+                                pool.group, pool.name)
                 self.instances.append(inst)
                 members.append(inst)
-            self.by_role[role] = members
         self.by_name = {inst.name: inst for inst in self.instances}
         # the role groups the request path reads (no enum hashing per request)
         self.prefills = self.by_role.get(Role.PREFILL, [])
         self.decodes = self.by_role.get(Role.DECODE, [])
         self.colocated = self.by_role.get(Role.COLOCATED, [])
+        # roles whose pools differ in the longest request they hold
+        self._fit_varies = {role for role, insts in self.by_role.items()
+                            if len({i.max_fit_tokens for i in insts}) > 1}
         self._max_model_len = config.model.max_model_len
         conn = config.connector
         # before a transfer moves bytes: setup, and the handshake when D pulls
@@ -153,11 +156,16 @@ class Simulation:
 
     # --------------------------------------------------------------- routing
 
-    def _choose(self, group: list[Instance], req: Request) -> Instance | None:
-        """The router's pick among the instances of ``group`` that are up."""
+    def _choose(self, group: list[Instance], req: Request, tokens: int) -> Instance | None:
+        """The router's pick among the instances of ``group`` that are up. Where a role's
+        pools differ in capacity, only among those that can hold ``tokens`` (if any can:
+        else the caller rejects the request as before)."""
         cands: Sequence[Instance] = [i for i in group if i.up]
         if not cands:
             return None
+        if cands[0].role in self._fit_varies:
+            fit = [i for i in cands if tokens <= i.max_fit_tokens]
+            cands = fit or cands
         return cands[self.router.choose(cands, req)]
 
     def _dispatch(self, req: Request) -> None:
@@ -165,7 +173,7 @@ class Simulation:
             self.reject(req, "exceeds_max_model_len")
             return
         if self.colocated:
-            inst = self._choose(self.colocated, req)
+            inst = self._choose(self.colocated, req, req.prompt_tokens + req.output_target)
             if inst is None:
                 self.reject(req, "no_instance_up")
                 return
@@ -176,7 +184,7 @@ class Simulation:
             req.d_queued_s = self.env.now
             inst.add_request(req)
             return
-        p = self._choose(self.prefills, req)
+        p = self._choose(self.prefills, req, req.prompt_tokens)
         if p is None:
             self.reject(req, "no_instance_up")
             return
@@ -209,7 +217,7 @@ class Simulation:
         params.remote_engine_id = p.name
         params.remote_num_tokens = req.p_prompt_tokens
         params.remote_block_ids = tuple(p.pool.tables.get(req.id, ()))
-        d = self._choose(self.decodes, req)
+        d = self._choose(self.decodes, req, req.prompt_tokens + req.output_target)
         if d is None:
             p.release_pinned(req)
             self.fail(req, "no_instance_up")
@@ -260,10 +268,14 @@ class Simulation:
     # -------------------------------------------------------------- transfer
 
     def start_kv_transfer(self, req: Request, d: Instance) -> None:
-        """D allocated blocks for ``req``: handshake with P, then move the blocks."""
+        """D allocated blocks for ``req``: handshake with P, then move the blocks.
+
+        The bytes moved are P's: the blocks P holds for the tokens D loads, in P's KV layout
+        (block size, dtype). D allocated its own blocks for those tokens in its layout and
+        converts on arrival (not timed); with equal layouts both counts agree."""
         p = self.by_name[req.p_instance]
         link = self.links[(p.index, d.index)]
-        nbytes = d.layout.transfer_bytes(req.remote_tokens)
+        nbytes = p.layout.transfer_bytes(req.remote_tokens)
         req.transfer_start_s = self.env.now
         req.kv_bytes = nbytes
         tid = next(self._tids)

@@ -81,11 +81,18 @@ class InstanceSummary:
     mean_kv_usage: float
     mean_running: float
     preemptions: int
+    pool: str = ""
+    """The instance's pool ('' for a role's one unnamed group: then left out of
+    ``as_dict``)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "steps": self.steps, "busy_fraction": self.busy_fraction,
-                "mean_kv_usage": self.mean_kv_usage, "mean_running": self.mean_running,
-                "preemptions": self.preemptions}
+        out: dict[str, Any] = {"role": self.role}
+        if self.pool:
+            out["pool"] = self.pool
+        out.update({"steps": self.steps, "busy_fraction": self.busy_fraction,
+                    "mean_kv_usage": self.mean_kv_usage, "mean_running": self.mean_running,
+                    "preemptions": self.preemptions})
+        return out
 
 
 @dataclass(frozen=True, slots=True)

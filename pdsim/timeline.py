@@ -102,7 +102,7 @@ def timeline_events(res: Results, max_steps: int | None = DEFAULT_MAX_STEPS,
         pid_of[f.name] = pid
         events += [
             {"ph": "M", "pid": pid, "ts": 0, "name": "process_name",
-             "args": {"name": f"{f.name} ({f.role})"}},
+             "args": {"name": f"{f.name} ({f.role}{', ' + f.pool if f.pool else ''})"}},
             {"ph": "M", "pid": pid, "ts": 0, "name": "process_sort_index",
              "args": {"sort_index": i}},
             {"ph": "M", "pid": pid, "tid": STEP_THREAD, "ts": 0, "name": "thread_name",

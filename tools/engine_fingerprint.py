@@ -151,15 +151,19 @@ def main() -> None:
         print(json.dumps(result, indent=1, sort_keys=True))
         return
     base = json.loads(args.compare.read_text())
-    bad = [name for name in result if base.get(name) != result[name]]
+    new = [name for name in result if name not in base]  # a config added since the baseline
+    bad = [name for name in result if name in base and base[name] != result[name]]
     missing = [name for name in base if name not in result and not args.only]
+    for name in new:
+        print(f"NEW {name} (not in the baseline)")
     for name in bad:
         diff = {k: (base.get(name, {}).get(k), v) for k, v in result[name].items()
                 if base.get(name, {}).get(k) != v}
         print(f"DIFFERS {name}: {diff}")
     for name in missing:
         print(f"MISSING {name}")
-    print(f"{len(result) - len(bad)}/{len(result)} cases identical")
+    print(f"{len(result) - len(new) - len(bad)}/{len(result) - len(new)} cases identical"
+          + (f"; {len(new)} new" if new else ""))
     sys.exit(1 if bad or missing else 0)
 
 

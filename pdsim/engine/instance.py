@@ -60,7 +60,8 @@ class Instance:
 
     def __init__(self, cluster: Cluster, env: simpy.Environment, cfg: SimConfig,
                  specs: RequestSpecs, sampler: AcceptanceSampler, hooks: EngineHooks,
-                 index: int, name: str, role: Role, group: InstanceGroupConfig) -> None:
+                 index: int, name: str, role: Role, group: InstanceGroupConfig,
+                 pool_name: str = "") -> None:
         self.cluster = cluster
         self.env = env
         self.hooks = hooks
@@ -69,12 +70,14 @@ class Instance:
         self.step_priority = step_end_priority(index)
         self.name = name
         self.role = role
+        self.group = group  # its pool's config: cfg.step_time_of(group) is its step time
+        self.pool_name = pool_name  # '' for a role's one unnamed group
         sched = group.scheduler
-        self.step_model = build_step_time_model(cfg, role)
+        self.step_model = build_step_time_model(cfg, role, group)
         self.lookahead = cfg.num_prefill_lookahead_tokens  # the shared contract
         self.n_spec = cfg.speculative.num_speculative_tokens if role is not Role.PREFILL else 0
         hash_block = specs.hash_block_tokens
-        self.kv = KVManager(cfg.kv_layout(sched.block_size), cfg.num_blocks(role),
+        self.kv = KVManager(cfg.kv_layout(sched.block_size, group), cfg.num_blocks(group),
                             sched.enable_prefix_caching and role is not Role.DECODE,
                             hash_block if hash_block is not None else sched.block_size,
                             self.lookahead)
@@ -384,7 +387,7 @@ class Instance:
             self.name, self.role.value, self.pool.num_blocks,
             np.frombuffer(self.step_end_s, dtype=np.float64).copy(),
             np.frombuffer(self.step_log, dtype=np.float64).reshape(-1, 8).copy(),
-            self.busy_s, self.scheduler.preemptions)
+            self.busy_s, self.scheduler.preemptions, self.pool_name)
         return InstanceSnapshot(self.index, facts, self.kv.prefix_hit_tokens,
                                 self.kv.prefix_query_tokens, live)
 

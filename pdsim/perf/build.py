@@ -14,7 +14,7 @@ from pdsim.perf.config import (
 from pdsim.perf.simple import SimpleStepTime
 
 if TYPE_CHECKING:
-    from pdsim.config import Role, SimConfig
+    from pdsim.config import InstanceGroupConfig, Role, SimConfig
 
 # which drafter section of a model profile each speculative method runs
 _DRAFTER_KINDS: dict[str, frozenset[str]] = {
@@ -34,19 +34,23 @@ def drafter_passes(cfg: SimConfig) -> tuple[int, int]:
     return n, cfg.num_drafter_modules
 
 
-def build_step_time_model(cfg: SimConfig, role: Role) -> StepTimeModel:
-    """The step-time model of an instance of ``role`` under ``cfg``.
+def build_step_time_model(cfg: SimConfig, role: Role,
+                          group: InstanceGroupConfig | None = None) -> StepTimeModel:
+    """The step-time model of an instance of ``role`` in ``group`` under ``cfg``: the
+    group's own step time (``cfg.step_time_of(group)``), else the root's.
 
     Raises ``ConfigError`` when a roofline model cannot cost the configured drafter
     (no drafter in the model profile, a method the profile's drafter does not serve,
     a separate draft model) or when target plus drafter weights do not fit.
     """
-    st = cfg.step_time
+    st = cfg.step_time_of(group)
     passes, modules = drafter_passes(cfg)
     if isinstance(st, SimpleStepTimeConfig):
         return SimpleStepTime(st, passes, modules)
     if isinstance(st, RooflineStepTimeConfig):
-        _check_roofline_drafter(cfg, st)
+        path = ("step_time" if group is None or group.step_time is None
+                else f"{cfg.pool(group).path}.step_time")
+        _check_roofline_drafter(cfg, st, path)
         from pdsim.perf.roofline import RooflineStepTime
 
         return RooflineStepTime(st, passes, modules)
@@ -57,7 +61,7 @@ def build_step_time_model(cfg: SimConfig, role: Role) -> StepTimeModel:
     raise NotImplementedError(f"step_time kind {st.kind}")  # pragma: no cover
 
 
-def _check_roofline_drafter(cfg: SimConfig, st: RooflineStepTimeConfig) -> None:
+def _check_roofline_drafter(cfg: SimConfig, st: RooflineStepTimeConfig, path: str) -> None:
     from pdsim.perf.memory import kv_cache_bytes_per_gpu
 
     method = cfg.speculative.method
@@ -86,4 +90,4 @@ def _check_roofline_drafter(cfg: SimConfig, st: RooflineStepTimeConfig) -> None:
                            st.gpu_memory_utilization,
                            expert_parallel_size=st.expert_parallel_size,
                            drafter_modules=modules,
-                           runtime_reserve_gib=st.runtime_reserve_gib, path="step_time")
+                           runtime_reserve_gib=st.runtime_reserve_gib, path=path)

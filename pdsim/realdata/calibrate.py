@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from pdsim.config import Role
 from pdsim.errors import ConfigError, PdsimError
 from pdsim.loader import config_from_dict
 from pdsim.realdata.bench_result import BenchResult
@@ -44,6 +45,7 @@ from pdsim.realdata.calibration_params import (
     SIMPLE_PARAMS,
     STALE_KV_PARAMS,
     ParameterFit,
+    check_root_step_time,
     default_bounds,
     default_params,
     resolve_params,
@@ -91,8 +93,9 @@ def standalone_variant(cfg: SimConfig) -> SimConfig:
     if cfg.cluster.mode == "colocated":
         return cfg
     data = cfg.model_dump(mode="json")
-    co = dict(data["cluster"]["decode"])
-    co["count"] = cfg.cluster.prefill.count + cfg.cluster.decode.count
+    c = cfg.cluster
+    co = c.single(Role.DECODE, "the standalone variant").model_dump(mode="json")
+    co["count"] = c.count(Role.PREFILL) + c.count(Role.DECODE)
     data["cluster"]["mode"] = "colocated"
     data["cluster"]["colocated"] = co
     return config_from_dict(data)
@@ -332,6 +335,7 @@ def calibrate(
         st_cfg = standalone_config or standalone_variant(cfg)
     stale_default = bool(results and standalone and cfg.cluster.mode == "disaggregated"
                          and cfg.speculative.enabled and cfg.use_multi_module_mtp)
+    check_root_step_time(cfg)
     param_list = tuple(params) if params else default_params(cfg, stale_default)
     resolved = resolve_params(cfg, param_list, bounds or {})
     fits_spec = any(p.startswith("speculative.") for p in param_list)

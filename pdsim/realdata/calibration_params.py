@@ -27,6 +27,17 @@ _UNIT_INTERVAL_SUFFIXES = ("_efficiency", "residual_guess_accuracy")
 _MIN_FRACTION = 1e-3
 
 
+def check_root_step_time(cfg: SimConfig) -> None:
+    """Calibration fits the root ``step_time``: a pool with a step time of its own is a
+    ``ConfigError`` naming it (fitting per-pool step times is not supported)."""
+    for pool in cfg.cluster.pools():
+        if pool.group.step_time is not None:
+            raise ConfigError(f"{pool.path}.step_time", (
+                "calibration fits the root step_time only, and this pool has a step time of "
+                "its own; calibrate a config without per-pool step times (e.g. one pool's "
+                "hardware as the root step_time) and copy the fitted values over"))
+
+
 def default_params(cfg: SimConfig, with_stale_kv: bool = False) -> tuple[str, ...]:
     """The parameters ``calibrate`` fits when none are given (module docstring)."""
     st = cfg.step_time
