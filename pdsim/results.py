@@ -211,7 +211,7 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
         if nspec:
             columns["accepted_per_pos"][i] += row.accepted_per_pos
     records = RecordTable(columns)
-    links = {link.name: link.samples for link in sim.links.values()}
+    links = sim.network.samples()
     queried = sum(snap.prefix_query_tokens for snap in snapshots)
     summary = replace(
         summarize(records, inst_facts, segments, sim.config),
