@@ -36,7 +36,8 @@ class TopologyConfig(StrictModel):
     flows of ``bytes / max(tp_p, tp_d)`` each (NIXL's heterogeneous-TP reads); when the KV is
     replicated on every TP rank (MLA), each of D's ``tp_d`` ranks reads a whole copy.
     Flow ``i`` leaves from GPU ``i mod tp_p`` of P and lands on GPU ``i mod tp_d`` of D; a
-    GPU uses NIC ``gpu mod nics_per_node`` of its node. A flow between nodes crosses the
+    GPU uses NIC ``gpu mod nics_per_node`` of its node (with ``flows_per_rank`` = k, its
+    share is k flows on NICs ``gpu * k + j``, mod the NICs). A flow between nodes crosses the
     sender's NIC (transmit side) and the receiver's NIC (receive side), each of
     ``nic_bandwidth_gb_per_s`` per direction, and never runs faster than
     ``per_flow_cap_gb_per_s``; a flow within a node crosses the two GPUs' NVLink ports
@@ -56,6 +57,10 @@ class TopologyConfig(StrictModel):
     the line rate. Default: Mooncake's 87 GB/s over 4 x 200 Gb/s NICs, per NIC."""
     nvlink_bandwidth_gb_per_s: Bandwidth = 450.0
     """NVLink bandwidth of one GPU per direction, GB/s (450: H100/H200 NVLink 4)."""
+    flows_per_rank: Annotated[int, Field(ge=1, le=64)] = 1
+    """Flows one rank's share of a transfer is sliced into between nodes, each on its own
+    NIC (multi-rail: Mooncake's transfer engine slices a transfer over every NIC); 1: the
+    rank's own NIC."""
     gpus_per_instance: Annotated[int, Field(ge=1, le=65536)] | None = None
     """GPUs one instance occupies; null: from its step time (see above)."""
     kv_replicated_across_tp: bool | None = None

@@ -209,6 +209,7 @@ class TopologyNetwork:
         n = tp_d if replicated else max(tp_p, tp_d)
         share = float(nbytes) if replicated else nbytes / n
         per_node, nics = self.topo.gpus_per_node, self.topo.nics_per_node
+        rails = self.topo.flows_per_rank
         out: list[tuple[tuple[Port, ...], float, float]] = []
         for i in range(n):
             src = self._gpu(p, i * tp_p // n, tid)
@@ -220,9 +221,10 @@ class TopologyNetwork:
                          self._port(d_node, d_gpu, "nvlink/rx"))
                 out.append((ports, share, float("inf")))
             else:
-                ports = (self._port(s_node, s_gpu % nics, "nic/tx"),
-                         self._port(d_node, d_gpu % nics, "nic/rx"))
-                out.append((ports, share, self._cap))
+                for j in range(rails):
+                    ports = (self._port(s_node, (s_gpu * rails + j) % nics, "nic/tx"),
+                             self._port(d_node, (d_gpu * rails + j) % nics, "nic/rx"))
+                    out.append((ports, share / rails, self._cap))
         return out
 
     def start(self, tid: int, p: Instance, d: Instance, nbytes: int,
