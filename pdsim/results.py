@@ -94,6 +94,8 @@ class Results:
     records: Sequence[dict[str, Any]]
     instances: list[InstanceFacts]
     summary: RunSummary
+    # (time s, bytes/s in use) samples of each P->D link that carried a transfer, or, with
+    # connector.topology, of each NIC direction / NVLink port a flow crossed
     links: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     segments: dict[int, list[list[int]]] = field(default_factory=dict)
     partial: bool = False

@@ -110,6 +110,16 @@ def test_mla_kv_is_read_whole_by_every_d_rank() -> None:
     assert _hetero(4, 8, "deepseek-v3") == [(i // 2, i, 8e9) for i in range(8)]
 
 
+def test_flows_per_rank_slices_a_rank_over_several_nics() -> None:
+    sim = Simulation(load_config(two_by_two(flows_per_rank=2)))
+    net = sim.network
+    assert isinstance(net, TopologyNetwork)
+    flows = net.flows_of(0, sim.prefills[1], sim.decodes[0], 1000)
+    assert [[p.name for p in ports] for ports, _, _ in flows] == [
+        ["node0/nic0/tx", "node1/nic0/rx"], ["node0/nic1/tx", "node1/nic1/rx"]]
+    assert [nbytes for _, nbytes, _ in flows] == [500, 500]
+
+
 # ------------------------------------------------------------- max-min properties
 
 @st.composite
