@@ -16,7 +16,7 @@ from pdsim.engine.connector import Link
 from pdsim.engine.fabric import Fabric, Port
 from pdsim.errors import ConfigError
 from pdsim.perf.config import RooflineStepTimeConfig
-from pdsim.topology_config import NIC_NAME, PAIR_LINK_NAME, TopologyConfig
+from pdsim.topology_config import NIC_NAME, TopologyConfig
 
 if TYPE_CHECKING:
     import simpy
@@ -88,18 +88,16 @@ class PairLinks:
         self.links: dict[tuple[int, int], Link] = {}
         self._active: dict[int, Link] = {}
         self._log: list[tuple[float, str, float]] = []
-        self._factor: dict[str, float] = {}
 
     def _link(self, p: Instance, d: Instance) -> Link:
         link = self.links.get((p.index, d.index))
         if link is None:
             name = f"{p.name}->{d.name}"
             link = Link(self.env, name, self._bw)
-            for t_s, who, _ in self._log:
+            for t_s, who, factor in self._log:
                 if who in (_ALL, name):
                     link.samples.append((t_s, 0.0))
-            factor = self._factor.get(name, self._factor.get(_ALL, 1.0))
-            link.bandwidth_bytes_per_s = self._bw * factor
+                    link.bandwidth_bytes_per_s = self._bw * factor
             self.links[(p.index, d.index)] = link
         return link
 
@@ -122,7 +120,6 @@ class PairLinks:
     def degrade(self, name: str | None, factor: float) -> None:
         who = _ALL if name is None else name
         self._log.append((self.env.now, who, factor))
-        self._factor[who] = factor
         for link in self.links.values():
             if who in (_ALL, link.name):
                 link.set_bandwidth(self._bw * factor)
@@ -170,7 +167,7 @@ class TopologyNetwork:
         last = max((f + g for f, g, _, _ in self._where.values()), default=0)
         self.num_nodes = -(-last // per_node)
         for i, deg in enumerate(cfg.faults.link_degradations):
-            m = NIC_NAME.fullmatch(deg.link or "node0")
+            m = NIC_NAME.fullmatch(deg.link or "")
             if m is not None and int(m.group(1)) >= self.num_nodes:
                 raise ConfigError(f"faults.link_degradations.{i}.link",
                                   f"no {deg.link!r}: the instances occupy "
@@ -255,5 +252,5 @@ def make_network(env: simpy.Environment, cfg: SimConfig,
                            [(i, g) for i, g in members if i.role.value != "colocated"])
 
 
-__all__ = ["PAIR_LINK_NAME", "PairLinks", "TopologyNetwork", "TransferNetwork",
+__all__ = ["PairLinks", "TopologyNetwork", "TransferNetwork",
            "instance_gpus", "kv_replicated", "make_network", "tensor_parallel_size"]

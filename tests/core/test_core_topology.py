@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pdsim import load_config, simulate
 from pdsim.config import Role
+from pdsim.engine.connector import Link
 from pdsim.engine.fabric import Fabric, Flow, Port, max_min_rates
 from pdsim.engine.transfers import PairLinks, TopologyNetwork
 from pdsim.errors import ConfigError
@@ -271,3 +272,31 @@ def test_an_overfull_node_and_a_node_beyond_the_cluster_are_clear_errors() -> No
                                             "bandwidth_factor": 0.5}]}
     with pytest.raises(ConfigError, match=r"node0\.\.node1"):
         simulate(load_config(far))
+
+
+def test_a_link_made_late_has_the_samples_and_bandwidth_of_one_made_first() -> None:
+    """Per-pair links are made on first use; a degradation logged before replays on it, so
+    it matches a link that existed from the start (the per-pair model's numbers)."""
+    cfg = load_config(two_by_two())
+    env = simpy.Environment()
+    links = PairLinks(env, cfg)
+    eager = Link(env, "P0->D1", 7 * GB)
+    p = SimpleNamespace(index=0, name="P0")
+    d = SimpleNamespace(index=3, name="D1")
+    done: list[float] = []
+    changes = [(0.0, "P0->D1", 0.5), (1.0, "P0->D1", 1.0), (2.0, None, 0.25), (2.5, "P1->D0", 0.5)]
+    for t_s, name, factor in changes:
+        def change(_e: object, name: str | None = name, factor: float = factor) -> None:
+            links.degrade(name, factor)
+            if name in (None, "P0->D1"):
+                eager.set_bandwidth(7 * GB * factor)
+        env.timeout(t_s).callbacks.append(change)
+
+    def go(_e: object) -> None:
+        links.start(1, p, d, int(GB), done.append)  # type: ignore[arg-type]
+        eager.start(1, int(GB), done.append)
+    env.timeout(3.0).callbacks.append(go)
+    env.run()
+    assert done == pytest.approx([3 + 1 / 1.75] * 2)
+    assert list(links.samples()) == ["P0->D1"]
+    assert links.samples()["P0->D1"] == eager.samples
