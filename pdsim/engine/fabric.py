@@ -11,6 +11,7 @@ event costs work per flow, never per byte.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from itertools import count
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
 
 # a flow within this many bytes of done, when another one finishes, finishes with it
 _BYTE_SLACK = 1.0
-# a port with headroom below this fraction of its capacity is full
-_FULL = 1e-12
 
 
 class Port:
@@ -56,44 +55,54 @@ class Flow:
 def max_min_rates(flows: Sequence[Flow]) -> None:
     """Set each flow's ``rate_bytes_per_s`` to its max-min fair share (progressive filling).
 
-    Deterministic: ports are visited in the order the flows first cross them.
+    All unfrozen flows share one level. A port fills when the level reaches
+    ``(capacity - frozen rates on it) / unfrozen flows on it``, a value that only grows as
+    flows freeze, so a heap of ports (stale entries skipped) and the flows sorted by cap
+    give the next flow or port to freeze: O((flows + ports) log ports), each flow frozen
+    once. Deterministic: ties go to the cap, then to the port first crossed.
     """
-    headroom: dict[Port, float] = {}
-    unfrozen_on: dict[Port, int] = {}
+    on: dict[Port, list[Flow]] = {}
     for f in flows:
-        f.rate_bytes_per_s = 0.0
+        f.rate_bytes_per_s = -1.0  # not frozen yet
         for p in f.ports:
-            headroom[p] = p.capacity_bytes_per_s
-            unfrozen_on[p] = unfrozen_on.get(p, 0) + 1
-    level = 0.0
-    live = list(flows)
-    while live:
-        step = min(f.cap_bytes_per_s for f in live) - level
-        for p, n in unfrozen_on.items():
-            if n:
-                step = min(step, headroom[p] / n)
-        step = max(step, 0.0)
-        level += step
-        full = set()
-        for p, n in unfrozen_on.items():
-            if n:
-                headroom[p] -= step * n
-                if headroom[p] <= _FULL * p.capacity_bytes_per_s:
-                    full.add(p)
-        still = []
-        for f in live:
-            if level >= f.cap_bytes_per_s * (1 - _FULL) or any(
-                    p in full for p in f.ports):
-                f.rate_bytes_per_s = level
-                for p in f.ports:
-                    unfrozen_on[p] -= 1
-            else:
-                still.append(f)
-        if len(still) == len(live):  # float dust: nothing froze, so nothing can rise
-            for f in still:
-                f.rate_bytes_per_s = level
-            break
-        live = still
+            on.setdefault(p, []).append(f)
+    left = {p: p.capacity_bytes_per_s for p in on}  # capacity less the frozen rates
+    live = {p: len(fs) for p, fs in on.items()}  # unfrozen flows crossing it
+    order = {p: i for i, p in enumerate(on)}
+    version = dict.fromkeys(on, 0)
+    heap = [(left[p] / live[p], order[p], 0, p) for p in on]
+    heapq.heapify(heap)
+    by_cap = sorted(flows, key=lambda f: (f.cap_bytes_per_s, f.fid))
+    next_cap = 0
+    frozen = 0
+    while frozen < len(flows):
+        while heap and (live[heap[0][3]] == 0 or heap[0][2] != version[heap[0][3]]):
+            heapq.heappop(heap)
+        while by_cap[next_cap].rate_bytes_per_s >= 0:
+            next_cap += 1
+        cap = by_cap[next_cap].cap_bytes_per_s
+        if not heap or cap <= heap[0][0]:  # every unfrozen flow capped at this level
+            level, freeze = cap, []
+            for f in by_cap[next_cap:]:
+                if f.cap_bytes_per_s > level:
+                    break
+                if f.rate_bytes_per_s < 0:
+                    freeze.append(f)
+        else:  # the port that fills first
+            level, _, _, port = heapq.heappop(heap)
+            freeze = [f for f in on[port] if f.rate_bytes_per_s < 0]
+        touched: dict[Port, None] = {}
+        for f in freeze:
+            f.rate_bytes_per_s = level
+            for q in f.ports:
+                left[q] -= level
+                live[q] -= 1
+                touched[q] = None
+        frozen += len(freeze)
+        for q in touched:
+            if live[q]:
+                version[q] += 1
+                heapq.heappush(heap, (max(left[q], 0.0) / live[q], order[q], version[q], q))
 
 
 class _Transfer:
