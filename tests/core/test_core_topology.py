@@ -19,6 +19,7 @@ from pdsim.engine.connector import Link
 from pdsim.engine.fabric import Fabric, Flow, Port, max_min_rates
 from pdsim.engine.transfers import PairLinks, TopologyNetwork
 from pdsim.errors import ConfigError
+from pdsim.invariants import run_checked
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.simulation import Simulation
 
@@ -300,3 +301,21 @@ def test_a_link_made_late_has_the_samples_and_bandwidth_of_one_made_first() -> N
     assert done == pytest.approx([3 + 1 / 1.75] * 2)
     assert list(links.samples()) == ["P0->D1"]
     assert links.samples()["P0->D1"] == eager.samples
+
+
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_engine_invariants_hold_on_a_topology_with_every_fault(mode: str) -> None:
+    """Outages, failed and timed-out transfers and a degraded node, checked after every
+    event (``pdsim.invariants``): transfers cancelled mid-flow leave the fabric consistent."""
+    d = two_by_two(per_flow_cap_gb_per_s=None)
+    d["connector"]["transfer_mode"] = mode
+    d["workload"]["num_requests"] = 60
+    d["faults"] = {"kv_transfer_failure_probability": 0.2, "kv_transfer_timeout_s": 0.05,
+                   "instance_outages": [{"instance": "D1", "start_s": 0.2, "end_s": 0.4},
+                                        {"instance": "P0", "start_s": 0.5, "end_s": 0.7}],
+                   "link_degradations": [{"link": "node1", "start_s": 0.0, "end_s": 1.0,
+                                          "bandwidth_factor": 1e-6}]}
+    res = run_checked(load_config(d))
+    s = res.summary
+    assert s["completed"] + s["failed"] + s["rejected"] == s["num_requests"]
+    assert s["faults"]["kv_transfer_timeouts"] > 0  # the degraded node made some time out
