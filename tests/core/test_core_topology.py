@@ -158,6 +158,34 @@ def test_max_min_rates_are_feasible_and_max_min_fair(flows: list[Flow]) -> None:
             for p in f.ports), f.fid
 
 
+def reference_rates(flows: list[Flow]) -> dict[int, float]:
+    """Progressive filling by brute force: raise every unfrozen flow by the smallest step
+    that fills a port or reaches a cap, freeze what is full, repeat."""
+    rate = dict.fromkeys((f.fid for f in flows), 0.0)
+    live = list(flows)
+    while live:
+        used = {p: sum(rate[g.fid] for g in flows if p in g.ports) for f in flows
+                for p in f.ports}
+        n = {p: sum(1 for g in live if p in g.ports) for p in used}
+        step = min([f.cap_bytes_per_s - rate[f.fid] for f in live]
+                   + [(p.capacity_bytes_per_s - used[p]) / n[p] for p in used if n[p]])
+        for f in live:
+            rate[f.fid] += step
+        full = {p for p in used
+                if used[p] + step * n[p] >= p.capacity_bytes_per_s * (1 - 1e-12)}
+        live = [f for f in live if rate[f.fid] < f.cap_bytes_per_s * (1 - 1e-12)
+                and not any(p in full for p in f.ports)]
+    return rate
+
+
+@settings(max_examples=200, deadline=None)
+@given(networks())
+def test_max_min_rates_match_brute_force_progressive_filling(flows: list[Flow]) -> None:
+    max_min_rates(flows)
+    want = reference_rates(flows)
+    assert {f.fid: f.rate_bytes_per_s for f in flows} == pytest.approx(want, rel=1e-9)
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.floats(0.0, 2.0), st.integers(0, 3), st.integers(0, 3),
                           st.floats(1e3, 5e9), st.booleans()), min_size=1, max_size=10))
