@@ -173,9 +173,12 @@ class Fabric:
         self._sample(flows)
         soonest = math.inf
         for f in flows:
-            if f.rate_bytes_per_s > 0:
-                soonest = min(soonest, max(0.0, f.remaining_bytes) / f.rate_bytes_per_s)
-            elif f.remaining_bytes <= 0:
+            rate, left = f.rate_bytes_per_s, f.remaining_bytes
+            if rate > 0:
+                due = left / rate if left > 0 else 0.0
+                if due < soonest:
+                    soonest = due
+            elif left <= 0:
                 soonest = 0.0
         if soonest == math.inf:
             return
