@@ -50,6 +50,7 @@ from pdsim.faults import FaultsConfig
 from pdsim.kv_layout import KVLayout
 from pdsim.perf.config import RooflineStepTimeConfig, SimpleStepTimeConfig, StepTimeConfig
 from pdsim.policies import ROUTERS
+from pdsim.topology_config import transfer_issues
 from pdsim.workload.config import WorkloadConfig
 
 __all__ = [
@@ -370,12 +371,7 @@ class SimConfig(StrictModel):
                 issues.append((f"faults.instance_outages.{i}.instance",
                                f"no instance {o.instance!r}; this cluster has "
                                f"{', '.join(sorted(names))}"))
-        links = {f"P{i}->D{j}" for i in range(c.count(Role.PREFILL))
-                 for j in range(c.count(Role.DECODE))}
-        for i, d in enumerate(self.faults.link_degradations):
-            if d.link is not None and (c.mode == "colocated" or d.link not in links):
-                issues.append((f"faults.link_degradations.{i}.link",
-                               f"no link {d.link!r}; links: {', '.join(sorted(links)) or 'none'}"))
+        issues.extend(transfer_issues(self))
         issues.extend(self.faults.overlap_issues())
         if issues:
             raise ConfigError("", issues=issues)

@@ -22,6 +22,7 @@ from pdsim._model import (
     at_most,
     seconds_bound,
 )
+from pdsim.topology_config import TopologyConfig
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -303,7 +304,8 @@ class ConnectorConfig(StrictModel):
     """pull: D reads P's blocks after a read handshake; push: P writes into blocks D registered."""
     link_bandwidth_gb_per_s: Annotated[float, Field(gt=0), at_least(
         MIN_BANDWIDTH_GB_PER_S, "1 KB/s; slower links make transfers outlast any run")] = 7.0
-    """Bandwidth of one P->D link in GB/s (1e9 bytes), shared equally by concurrent transfers."""
+    """Bandwidth of one P->D link in GB/s (1e9 bytes), shared equally by concurrent transfers
+    (without ``topology``)."""
     setup_latency_s: Annotated[NonNegFloat, seconds_bound()] = 0.002
     """Fixed time before a transfer starts moving bytes, in seconds."""
     handshake_s: Annotated[NonNegFloat, seconds_bound()] = 0.001
@@ -315,6 +317,9 @@ class ConnectorConfig(StrictModel):
     before it."""
     kv_load_failure_policy: Literal["fail", "recompute"] = "recompute"
     """What D does when a KV transfer fails: recompute the prompt or fail the request."""
+    topology: TopologyConfig | None = None
+    """Nodes, NICs and where instances sit (docs/topology.md); null: one link per P->D pair
+    at ``link_bandwidth_gb_per_s``."""
 
 
 class RouterConfig(StrictModel):

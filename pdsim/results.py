@@ -94,6 +94,8 @@ class Results:
     records: Sequence[dict[str, Any]]
     instances: list[InstanceFacts]
     summary: RunSummary
+    # (time s, bytes/s in use) samples of each P->D link that carried a transfer, or, with
+    # connector.topology, of each NIC direction / NVLink port a flow crossed
     links: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     segments: dict[int, list[list[int]]] = field(default_factory=dict)
     partial: bool = False
@@ -211,7 +213,7 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
         if nspec:
             columns["accepted_per_pos"][i] += row.accepted_per_pos
     records = RecordTable(columns)
-    links = {link.name: link.samples for link in sim.links.values()}
+    links = sim.network.samples()
     queried = sum(snap.prefix_query_tokens for snap in snapshots)
     summary = replace(
         summarize(records, inst_facts, segments, sim.config),

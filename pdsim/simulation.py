@@ -13,13 +13,14 @@ from itertools import count
 
 import simpy
 
-from pdsim.config import Role, SimConfig
+from pdsim.config import InstanceGroupConfig, Role, SimConfig
 from pdsim.engine.cluster import EngineHooks
-from pdsim.engine.connector import ConnectorScheduler, KVTransferParams, Link
+from pdsim.engine.connector import ConnectorScheduler, KVTransferParams
 from pdsim.engine.events import EngineEnvironment
 from pdsim.engine.instance import Instance
 from pdsim.engine.request import Phase, Request, Status
 from pdsim.engine.router import make_router
+from pdsim.engine.transfers import make_network
 from pdsim.faults import FaultState
 from pdsim.results import Results, results_from
 from pdsim.rng import RandomStreams, UniformBuffer
@@ -49,6 +50,7 @@ class Simulation:
         self._tids = count()
         self.instances: list[Instance] = []
         self.by_role: dict[Role, list[Instance]] = {}
+        placed: list[tuple[Instance, InstanceGroupConfig]] = []  # every instance, its group
         # instances numbered across a role's pools; the router sees all of a role's
         for pool in config.cluster.pools():
             members = self.by_role.setdefault(pool.role, [])
@@ -58,6 +60,7 @@ class Simulation:
                                 pool.group, pool.name)
                 self.instances.append(inst)
                 members.append(inst)
+                placed.append((inst, pool.group))
         self.by_name = {inst.name: inst for inst in self.instances}
         # the role groups the request path reads (no enum hashing per request)
         self.prefills = self.by_role.get(Role.PREFILL, [])
@@ -72,11 +75,8 @@ class Simulation:
         self._transfer_setup_s = conn.setup_latency_s + (
             conn.handshake_s if conn.transfer_mode == "pull" else 0.0)
         self._transfer_timeout_s = config.faults.kv_transfer_timeout_s
-        self.links: dict[tuple[int, int], Link] = {}
-        bw = config.connector.link_bandwidth_gb_per_s * 1e9
-        for p in self.by_role.get(Role.PREFILL, []):
-            for d in self.by_role.get(Role.DECODE, []):
-                self.links[(p.index, d.index)] = Link(self.env, f"{p.name}->{d.name}", bw)
+        # per-pair links or a topology, state made as transfers use it (never P x D)
+        self.network = make_network(self.env, config, placed)
         n_spec = config.speculative.num_speculative_tokens
         hashes = self.specs.hash_ids
         self.requests = [
@@ -92,7 +92,7 @@ class Simulation:
         self.lease_expired = 0
         self.closed_loop = self.specs.closed_loop_concurrency is not None
         self.faults = FaultState(config.faults, self.streams.get("faults"))
-        self._transfers: dict[int, tuple[Link, int, Instance, Instance]] = {}
+        self._transfers: dict[int, tuple[int, Instance, Instance]] = {}
 
     # ------------------------------------------------------------------- run
 
@@ -261,8 +261,8 @@ class Simulation:
             p.release_pinned(req)
             active = self._transfers.get(req.id)
             if active is not None:  # D was still reading blocks P has now freed
-                link, tid, _, d = active
-                link.cancel(tid)
+                tid, _, d = active
+                self.network.cancel(tid)
                 self._transfer_failed(req, p, d, "kv_lease_expired")
 
     # -------------------------------------------------------------- transfer
@@ -274,7 +274,7 @@ class Simulation:
         (block size, dtype). D allocated its own blocks for those tokens in its layout and
         converts on arrival (not timed); with equal layouts both counts agree."""
         p = self.by_name[req.p_instance]
-        link = self.links[(p.index, d.index)]
+        network = self.network
         nbytes = p.layout.transfer_bytes(req.remote_tokens)
         req.transfer_start_s = self.env.now
         req.kv_bytes = nbytes
@@ -290,8 +290,8 @@ class Simulation:
             if self.faults.transfer_fails(self.env.now):
                 self._transfer_failed(req, p, d, "kv_transfer_failed")
                 return
-            self._transfers[req.id] = (link, tid, p, d)
-            link.start(tid, nbytes, landed)
+            self._transfers[req.id] = (tid, p, d)
+            network.start(tid, p, d, nbytes, landed)
             timeout = self._transfer_timeout_s
             if timeout is not None:
                 ev = self.env.timeout(timeout)
@@ -299,8 +299,8 @@ class Simulation:
 
         def expire() -> None:
             active = self._transfers.get(req.id)
-            if active is not None and active[1] == tid:
-                link.cancel(tid)
+            if active is not None and active[0] == tid:
+                network.cancel(tid)
                 self.faults.counts["kv_transfer_timeouts"] += 1
                 self._transfer_failed(req, p, d, "kv_transfer_timeout")
 
@@ -331,20 +331,17 @@ class Simulation:
             self._at(o.start_s, functools.partial(self._outage_start, inst))
             self._at(o.end_s, inst.come_up)
         for deg in f.link_degradations:
-            links = [lk for lk in self.links.values() if deg.link in (None, lk.name)]
-            self._at(deg.start_s, functools.partial(self._scale, links, deg.bandwidth_factor))
-            self._at(deg.end_s, functools.partial(self._scale, links, 1.0))
+            self._at(deg.start_s, functools.partial(self._scale, deg.link, deg.bandwidth_factor))
+            self._at(deg.end_s, functools.partial(self._scale, deg.link, 1.0))
 
     def _at(self, t: float, fn: Callable[[], None]) -> None:
         ev = self.env.timeout(max(0.0, t - self.env.now))
         ev.callbacks.append(lambda _e: fn())
 
-    def _scale(self, links: list[Link], factor: float) -> None:
-        bw = self.config.connector.link_bandwidth_gb_per_s * 1e9 * factor
+    def _scale(self, link: str | None, factor: float) -> None:
         if factor < 1.0:
             self.faults.counts["link_degradations"] += 1
-        for link in links:
-            link.set_bandwidth(bw)
+        self.network.degrade(link, factor)
 
     def _outage_start(self, inst: Instance) -> None:
         self.faults.counts["instance_outages"] += 1
@@ -352,14 +349,14 @@ class Simulation:
         for req in pinned:  # on a D now: whatever it reads from here is gone
             active = self._transfers.get(req.id)
             if active is not None:
-                link, tid, p, d = active
-                link.cancel(tid)
+                tid, p, d = active
+                self.network.cancel(tid)
                 self._transfer_failed(req, p, d, "prefill_instance_down")
         for req in served:
             active = self._transfers.pop(req.id, None)
             if active is not None:
-                active[0].cancel(active[1])
-                active[2].release_pinned(req)
+                self.network.cancel(active[0])
+                active[1].release_pinned(req)
             elif req.kv_params is not None and req.p_instance and inst.role is Role.DECODE:
                 for p in self.by_role[Role.PREFILL]:
                     p.release_pinned(req)

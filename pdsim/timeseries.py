@@ -14,9 +14,10 @@ Every series is piecewise constant in simulated time, built from facts a run rec
   step every count is 0.
 - **Batch composition** (``batch_prefill_tokens``, ``batch_decode_requests``) and ``busy``
   hold only during their step; an idle gap is 0.
-- **Link** (``link_gb_per_s``): the bandwidth in use on a P->D link, from
-  ``Results.links``: each sample's value (full bandwidth while any transfer is active,
-  0 otherwise) holds until the next sample. ``link_busy`` is 1 while the link is active.
+- **Link** (``link_gb_per_s``): the bandwidth in use on a P->D link (full bandwidth while
+  any transfer is active, 0 otherwise) or, with ``connector.topology``, on a NIC direction
+  or NVLink port (the sum of its flows' rates), from ``Results.links``: each sample's value
+  holds until the next sample. ``link_busy`` is 1 while the link or port is active.
 - **Cluster** (``output_tok_s``): output tokens per second. Each request's first token
   counts at its first-token time and its other ``output_tokens - 1`` are spread evenly
   over ``[first_token_s, finish_s]`` (records do not say how many tokens each chunk held).

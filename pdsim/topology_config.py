@@ -1,0 +1,124 @@
+"""The transfer topology: nodes, their NICs and NVLink, and where instances sit.
+
+``connector.topology`` (``TopologyConfig``) replaces the per-pair link model: a KV transfer
+becomes flows over the NICs of the nodes it crosses (or over NVLink within a node), sharing
+them max-min fairly (``pdsim.engine.fabric``). The defaults and their sources are in
+docs/topology.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from pdsim._model import MAX_INSTANCES, MIN_BANDWIDTH_GB_PER_S, StrictModel, at_least
+
+_BW_WHY = "1 KB/s; slower links make transfers outlast any run"
+Bandwidth = Annotated[float, Field(gt=0), at_least(MIN_BANDWIDTH_GB_PER_S, _BW_WHY)]
+
+#: a node's NICs (``node3``) or one NIC (``node3/nic1``), as fault names and in results
+NIC_NAME = re.compile(r"node(\d+)(?:/nic(\d+))?")
+#: a legacy per-pair link (``P0->D1``)
+PAIR_LINK_NAME = re.compile(r"P(\d+)->D(\d+)")
+
+
+class TopologyConfig(StrictModel):
+    """Nodes of ``gpus_per_node`` GPUs with ``nics_per_node`` NICs each.
+
+    Instances are placed on nodes: packed in order (every P, then every D; an instance that
+    does not fit in what is left of a node starts the next one) or by ``placement``. An
+    instance occupies ``gpus_per_instance`` GPUs (default: its step time's
+    ``max(tensor_parallel_size, expert_parallel_size)`` for the roofline model, else 1).
+
+    A transfer from P (tensor-parallel size ``tp_p``) to D (``tp_d``) is ``max(tp_p, tp_d)``
+    flows of ``bytes / max(tp_p, tp_d)`` each (NIXL's heterogeneous-TP reads); when the KV is
+    replicated on every TP rank (MLA), each of D's ``tp_d`` ranks reads a whole copy.
+    Flow ``i`` leaves from GPU ``i mod tp_p`` of P and lands on GPU ``i mod tp_d`` of D; a
+    GPU uses NIC ``gpu mod nics_per_node`` of its node (with ``flows_per_rank`` = k, its
+    share is k flows on NICs ``gpu * k + j``, mod the NICs). A flow between nodes crosses the
+    sender's NIC (transmit side) and the receiver's NIC (receive side), each of
+    ``nic_bandwidth_gb_per_s`` per direction, and never runs faster than
+    ``per_flow_cap_gb_per_s``; a flow within a node crosses the two GPUs' NVLink ports
+    (``nvlink_bandwidth_gb_per_s`` per direction). Flows share what they cross max-min
+    fairly. ``connector.setup_latency_s`` (and the pull handshake) still precede each
+    transfer.
+    """
+
+    gpus_per_node: Annotated[int, Field(ge=1, le=1024)] = 8
+    """GPUs in one node (8 in an HGX/DGX H100, H200 or B200 node)."""
+    nics_per_node: Annotated[int, Field(ge=1, le=1024)] = 8
+    """Network adapters per node used for KV transfers (one per GPU in an HGX/DGX node)."""
+    nic_bandwidth_gb_per_s: Bandwidth = 50.0
+    """Line rate of one NIC per direction, GB/s (1e9 bytes): 50 for 400 Gb/s (ConnectX-7)."""
+    per_flow_cap_gb_per_s: Bandwidth | None = 21.75
+    """The most one flow (one rank's share of a transfer) reaches between nodes, GB/s; null:
+    the line rate. Default: Mooncake's 87 GB/s over 4 x 200 Gb/s NICs, per NIC."""
+    nvlink_bandwidth_gb_per_s: Bandwidth = 450.0
+    """NVLink bandwidth of one GPU per direction, GB/s (450: H100/H200 NVLink 4)."""
+    flows_per_rank: Annotated[int, Field(ge=1, le=64)] = 1
+    """Flows one rank's share of a transfer is sliced into between nodes, each on its own
+    NIC (multi-rail: Mooncake's transfer engine slices a transfer over every NIC); 1: the
+    rank's own NIC."""
+    gpus_per_instance: Annotated[int, Field(ge=1, le=65536)] | None = None
+    """GPUs one instance occupies; null: from its step time (see above)."""
+    kv_replicated_across_tp: bool | None = None
+    """Every TP rank holds the whole KV (MLA); null: true when the roofline model's layers
+    use MLA, else false."""
+    placement: dict[str, Annotated[int, Field(ge=0, le=MAX_INSTANCES * 64)]] | None = None
+    """Node of each instance, by name (``P0: 0``, ``D0: 1``); null: packed in order."""
+
+    @property
+    def per_flow_cap_bytes_per_s(self) -> float:
+        """The per-flow cap in bytes/s (inf when null)."""
+        cap = self.per_flow_cap_gb_per_s
+        return float("inf") if cap is None else cap * 1e9
+
+
+def transfer_issues(cfg: Any) -> list[tuple[str, str]]:
+    """Problems with what ``cfg`` (a ``SimConfig``) names in the transfer network: the
+    links of ``faults.link_degradations`` and the instances of ``topology.placement``.
+
+    Names are parsed, not looked up in a list of every P x D pair."""
+    counts = {"prefill": 0, "decode": 0}
+    for role, group in cfg.cluster.groups():
+        counts[role.value] = counts.get(role.value, 0) + group.count
+    topo = cfg.connector.topology
+    colocated = cfg.cluster.mode == "colocated"
+    issues = []
+    for i, deg in enumerate(cfg.faults.link_degradations):
+        name, path = deg.link, f"faults.link_degradations.{i}.link"
+        if name is None:
+            continue
+        if colocated:
+            issues.append((path, f"no link {name!r}: a colocated cluster transfers no KV"))
+        elif topo is None:
+            m = PAIR_LINK_NAME.fullmatch(name)
+            if m is None or int(m.group(1)) >= counts["prefill"] or int(
+                    m.group(2)) >= counts["decode"]:
+                issues.append((path, f"no link {name!r}; links are P<i>->D<j> with i < "
+                                     f"{counts['prefill']} and j < {counts['decode']}"))
+        else:
+            m = NIC_NAME.fullmatch(name)
+            if m is None:
+                issues.append((path, f"{name!r} names no NICs: with connector.topology, name "
+                                     "a node's NICs (node0) or one NIC (node0/nic1)"))
+            elif m.group(2) is not None and int(m.group(2)) >= topo.nics_per_node:
+                issues.append((path, f"no NIC {name!r}: nodes have {topo.nics_per_node} "
+                                     f"NICs, nic0..nic{topo.nics_per_node - 1}"))
+    if topo is not None and topo.placement is not None and not colocated:
+        names = {f"{r[0].upper()}{i}" for r, n in counts.items() for i in range(n)}
+        for name in sorted(set(topo.placement) - names):
+            issues.append((f"connector.topology.placement.{name}",
+                           f"no instance {name!r} (instances: P0..P{counts['prefill'] - 1}, "
+                           f"D0..D{counts['decode'] - 1})"))
+        missing = sorted(names - set(topo.placement), key=lambda n: (n[0] != "P", int(n[1:])))
+        if missing:
+            shown = ", ".join(missing[:8]) + (", ..." if len(missing) > 8 else "")
+            issues.append(("connector.topology.placement",
+                           f"places every instance or none; missing {shown}"))
+    return issues
+
+
+__all__ = ["NIC_NAME", "PAIR_LINK_NAME", "TopologyConfig", "transfer_issues"]
