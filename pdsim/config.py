@@ -211,8 +211,9 @@ class SimConfig(StrictModel):
     def workload_max_prompt_tokens(self) -> int:
         """The longest prompt the workload can draw (max_model_len when unbounded)."""
         return min(self.model.max_model_len,
-                   _max_tokens(self.workload.prompt_tokens, self.workload.trace is None,
-                               self.model.max_model_len))
+                   self.workload.shared_prefix_tokens
+                   + _max_tokens(self.workload.prompt_tokens, self.workload.trace is None,
+                                 self.model.max_model_len))
 
     @property
     def longest_request_tokens(self) -> int:
@@ -220,7 +221,8 @@ class SimConfig(StrictModel):
         by ``model.max_model_len`` (the whole of it for traces and unbounded draws)."""
         w = self.workload
         synthetic = w.trace is None
-        total = (_max_tokens(w.prompt_tokens, synthetic, self.model.max_model_len)
+        total = (w.shared_prefix_tokens
+                 + _max_tokens(w.prompt_tokens, synthetic, self.model.max_model_len)
                  + _max_tokens(w.output_tokens, synthetic, self.model.max_model_len))
         return min(self.model.max_model_len, total)
 
@@ -351,6 +353,8 @@ class SimConfig(StrictModel):
         if self.router.policy not in ROUTERS:
             issues.append(("router.policy", f"unknown policy {self.router.policy!r}; "
                            f"allowed: {', '.join(ROUTERS)}"))
+        else:
+            issues.extend(router_weight_issues(self.router))
         names = {f"{role.value[0].upper()}{i}" for role, g in c.groups() for i in range(g.count)}
         for i, o in enumerate(self.faults.instance_outages):
             if o.instance not in names:
@@ -366,6 +370,27 @@ class SimConfig(StrictModel):
         if issues:
             raise ConfigError("", issues=issues)
         return self
+
+
+def router_weight_issues(router: RouterConfig) -> list[tuple[str, str]]:
+    """``router.weights`` against what its policy reads (the policy class's
+    ``weight_fields``): no weights for a policy that reads none, no weight it ignores, and
+    not every weight it reads 0."""
+    policy = router.policy
+    reads: tuple[str, ...] = getattr(ROUTERS.lookup(policy), "weight_fields", ())
+    if "weights" not in router.model_fields_set:
+        given: set[str] = set()
+    else:
+        given = set(router.weights.model_fields_set)
+        if not reads:
+            return [("router.weights", f"policy {policy} reads no weights; remove them or "
+                     f"choose a scoring policy (kv_load_aware, prefix_aware)")]
+    issues = [(f"router.weights.{name}", f"policy {policy} does not read it; it reads "
+               f"{', '.join(reads)}") for name in sorted(given - set(reads))]
+    if reads and not any(getattr(router.weights, name) > 0 for name in reads):
+        issues.append(("router.weights", f"every weight policy {policy} reads "
+                       f"({', '.join(reads)}) is 0; give at least one a positive weight"))
+    return issues
 
 
 def _max_tokens(dist: object, synthetic: bool, unbounded: int) -> int:

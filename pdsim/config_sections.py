@@ -361,11 +361,47 @@ class ConnectorConfig(StrictModel):
     """What D does when a KV transfer fails: recompute the prompt or fail the request."""
 
 
+RouterWeight = Annotated[float, Field(ge=0, allow_inf_nan=False), at_most(
+    1e6, "weights are relative; scale them down together")]
+
+
+class RouterWeights(StrictModel):
+    """Weights of the scoring policies' terms (docs/routing.md).
+
+    Each term scores a candidate in [0, 1], higher better; the policy picks the largest
+    weighted sum, ties to the lowest instance index. The defaults are llm-d's default
+    scheduling profile (queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer
+    3; its running-requests scorer is not in that profile, so ``running`` is 0).
+    """
+
+    queue: RouterWeight = 2.0
+    """Weight of the queue term: (max - waiting) / (max - min) over the candidates, where
+    waiting counts the requests queued or receiving KV (vLLM num_requests_waiting); 1 when
+    all are equal."""
+    kv_usage: RouterWeight = 2.0
+    """Weight of the KV term: 1 - the fraction of the instance's KV blocks in use."""
+    running: RouterWeight = 0.0
+    """Weight of the running term: (max - running) / (max - min) over the candidates (vLLM
+    num_requests_running); 1 when all are equal."""
+    prefix: RouterWeight = 3.0
+    """Weight of the prefix term (prefix_aware only): the fraction of the request's hash
+    blocks whose leading run the instance's prefix cache holds."""
+
+
 class RouterConfig(StrictModel):
-    """The proxy's policy for picking instances (a registered policy name)."""
+    """The proxy's policy for picking instances (a registered policy name).
+
+    The scoring policies (``kv_load_aware``, ``prefix_aware``) read ``weights``; giving
+    ``weights`` to a policy that reads none, or a weight the policy does not read, is an
+    error naming the field.
+    """
 
     policy: str = "round_robin"
-    """A registered routing policy name (e.g. round_robin, least_loaded)."""
+    """A registered routing policy name: round_robin, least_loaded, random, kv_load_aware or
+    prefix_aware."""
+    weights: RouterWeights = RouterWeights()
+    """Term weights of the scoring policies (kv_load_aware: queue, kv_usage, running;
+    prefix_aware: those and prefix)."""
 
 
 class SLOConfig(StrictModel):
