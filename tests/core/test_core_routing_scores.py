@@ -1,0 +1,258 @@
+"""The scoring routers (kv_load_aware, prefix_aware): choices on hand-built instance states,
+prefix affinity in a simulation, the weights' validation, and properties of every policy."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from core_support import make_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdsim import Simulation
+from pdsim.config_sections import RouterConfig, RouterWeights
+from pdsim.engine.route_view import RoutingState
+from pdsim.engine.router import ROUTERS, make_router
+from pdsim.errors import ConfigError
+
+
+@dataclass
+class Target:
+    """A hand-built candidate (``RouteTarget``)."""
+
+    index: int
+    waiting: int = 0
+    running: int = 0
+    kv_usage: float = 0.0
+    cached: frozenset[int] = field(default_factory=frozenset)
+    pending: int = 0
+
+    def load(self) -> tuple[int, int]:
+        return self.pending, self.waiting + self.running
+
+    def routing_state(self) -> RoutingState:
+        return RoutingState(self.waiting, self.running, self.kv_usage)
+
+    def cached_prefix_blocks(self, hash_ids: Sequence[int]) -> int:
+        n = 0
+        for h in hash_ids:
+            if h not in self.cached:
+                break
+            n += 1
+        return n
+
+
+@dataclass
+class Req:
+    hash_ids: tuple[int, ...] | None = None
+
+
+def router(policy: str, **weights: float) -> object:
+    cfg = RouterConfig(policy=policy, weights=RouterWeights(**weights))
+    return make_router(policy, np.random.default_rng(0), cfg)
+
+
+def pick(policy: str, cands: list[Target], req: Req | None = None, **weights: float) -> int:
+    r = router(policy, **weights)
+    return r.choose(cands, req or Req())  # type: ignore[attr-defined, no-any-return]
+
+
+# --------------------------------------------------------- choices by hand
+
+
+# A: long queue, idle, nearly full; B: no queue, busy, half full; C: in between, emptiest
+A = Target(0, waiting=4, running=0, kv_usage=0.9)
+B = Target(1, waiting=0, running=8, kv_usage=0.5)
+C = Target(2, waiting=2, running=2, kv_usage=0.2)
+
+
+@pytest.mark.parametrize(("weights", "expected"), [
+    ({"queue": 1, "kv_usage": 0, "running": 0}, 1),  # shortest queue: B
+    ({"queue": 0, "kv_usage": 1, "running": 0}, 2),  # least KV in use: C
+    ({"queue": 0, "kv_usage": 0, "running": 1}, 0),  # fewest running: A
+    # q: A 0, B 1, C 0.5; kv: A 0.1, B 0.5, C 0.8; running: A 1, B 0, C 0.75
+    ({"queue": 1, "kv_usage": 1, "running": 0.5}, 2),  # 0.6, 1.5, 1.675
+    ({"queue": 3, "kv_usage": 1, "running": 0.5}, 1),  # 0.6, 3.5, 2.675
+    ({"queue": 0, "kv_usage": 0.1, "running": 3}, 0),  # 3.01, 0.05, 2.33
+])
+def test_kv_load_aware_weighs_the_terms(weights: dict[str, float], expected: int) -> None:
+    assert pick("kv_load_aware", [A, B, C], **weights) == expected
+    # the choice is the candidate, not its position
+    assert pick("kv_load_aware", [C, B, A], **weights) == 2 - expected
+
+
+def test_default_weights_are_llm_d_default_profile() -> None:
+    w = RouterWeights()
+    assert (w.queue, w.kv_usage, w.running, w.prefix) == (2.0, 2.0, 0.0, 3.0)
+    # defaults: queue 2 x (0, 1, 0.5) + kv 2 x (0.1, 0.5, 0.8) = 0.2, 3.0, 2.6
+    assert pick("kv_load_aware", [A, B, C]) == 1
+
+
+def test_prefix_aware_prefers_the_longest_cached_leading_run() -> None:
+    req = Req((10, 11, 12, 13))
+    cands = [Target(0, cached=frozenset({10})), Target(1, cached=frozenset({10, 11, 12})),
+             Target(2, cached=frozenset({11, 12, 13}))]  # no leading block: 0
+    assert pick("prefix_aware", cands, req) == 1
+    # load still counts: prefix 3 x (0.25, 0.75), queue 2 x (1, 0) -> 2.75 against 2.25
+    busy = [Target(0, cached=frozenset({10})),
+            Target(1, waiting=10, cached=frozenset({10, 11, 12}))]
+    assert pick("prefix_aware", busy, req) == 0
+    assert pick("prefix_aware", busy, req, prefix=10) == 1  # 2.5 + 2 against 7.5
+    # without hash ids (or with a prefix weight of 0) load alone decides
+    assert pick("prefix_aware", [*cands[1:], Target(3, kv_usage=0.5)], Req(None)) == 0
+    assert pick("prefix_aware", cands, req, prefix=0, queue=1) == 0
+    # kv_load_aware ignores the caches
+    assert pick("kv_load_aware", cands, req) == 0
+
+
+def test_single_candidate_and_ties_go_to_the_lowest_index() -> None:
+    for policy in ("kv_load_aware", "prefix_aware", "least_loaded"):
+        assert pick(policy, [Target(7, waiting=9)]) == 0
+        same = [Target(5), Target(3), Target(9)]
+        assert pick(policy, same, Req((1, 2))) == 1
+
+
+# ---------------------------------------------------------------- properties
+
+policies = st.sampled_from(sorted(ROUTERS))
+targets = st.builds(
+    Target, index=st.integers(0, 10_000), waiting=st.integers(0, 50),
+    running=st.integers(0, 50), kv_usage=st.floats(0, 1),
+    cached=st.frozensets(st.integers(0, 8), max_size=9), pending=st.integers(0, 10_000))
+weights = st.builds(RouterWeights, queue=st.floats(0, 10), kv_usage=st.floats(0, 10),
+                    running=st.floats(0, 10), prefix=st.floats(0, 10))
+hashes = st.one_of(st.none(), st.lists(st.integers(0, 8), max_size=10).map(tuple))
+
+
+@settings(max_examples=200, deadline=None)
+@given(policies, st.lists(targets, min_size=1, max_size=12, unique_by=lambda t: t.index),
+       weights, hashes, st.integers(0, 2**32 - 1))
+def test_every_policy_returns_a_candidate(policy: str, cands: list[Target],
+                                          w: RouterWeights, ids: tuple[int, ...] | None,
+                                          seed: int) -> None:
+    r = make_router(policy, np.random.default_rng(seed), RouterConfig(policy=policy,
+                                                                      weights=w))
+    for _ in range(3):
+        i = r.choose(cands, Req(ids))  # type: ignore[arg-type]
+        assert isinstance(i, int) and 0 <= i < len(cands)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["least_loaded", "kv_load_aware", "prefix_aware"]),
+       st.lists(st.integers(0, 10_000), min_size=1, max_size=12, unique=True),
+       targets, weights, hashes)
+def test_equal_states_break_ties_to_the_lowest_index(
+        policy: str, indices: list[int], state: Target, w: RouterWeights,
+        ids: tuple[int, ...] | None) -> None:
+    cands = [Target(i, state.waiting, state.running, state.kv_usage, state.cached,
+                    state.pending) for i in indices]
+    expected = indices.index(min(indices))
+    for seed in (0, 1):
+        r = make_router(policy, np.random.default_rng(seed),
+                        RouterConfig(policy=policy, weights=w))
+        assert r.choose(cands, Req(ids)) == expected  # type: ignore[arg-type]
+
+
+@settings(max_examples=12, deadline=None)
+@given(policies, st.integers(1, 3), st.integers(1, 3), st.booleans())
+def test_simulated_requests_land_on_instances_of_the_asked_role(
+        policy: str, n_p: int, n_d: int, colocated: bool) -> None:
+    cfg = make_config(f"router.policy={policy}", f"cluster.prefill.count={n_p}",
+                      f"cluster.decode.count={n_d}", f"cluster.colocated.count={n_p}",
+                      f"cluster.mode={'colocated' if colocated else 'disaggregated'}",
+                      "cluster.prefill.scheduler.enable_prefix_caching=true",
+                      "cluster.colocated.scheduler.enable_prefix_caching=true",
+                      "workload.num_requests=24", "workload.arrivals.rate_per_s=100",
+                      "workload.shared_prefix={num_groups: 3, prefix_tokens: 256, "
+                      "hash_block_tokens: 16}",
+                      "workload.prompt_tokens={kind: uniform, mean_tokens: 64, "
+                      "range_ratio: 0.5}")
+    sim = Simulation(cfg)
+    res = sim.run()
+    for rec in res.records:
+        assert rec["status"] == "finished"
+        if colocated:
+            assert rec["decode_instance"] in {i.name for i in sim.colocated}
+        else:
+            assert rec["prefill_instance"] in {i.name for i in sim.prefills}
+            assert rec["decode_instance"] in {i.name for i in sim.decodes}
+
+
+# ------------------------------------------------------------ in a simulation
+
+
+def _affinity_run(policy: str, colocated: bool) -> tuple[dict[int, set[str]], float]:
+    """Three instances with prefix caching, three prefix groups at a low rate: each
+    group's instances, and the run's prefix hit rate."""
+    mode = "colocated" if colocated else "disaggregated"
+    cfg = make_config(f"router.policy={policy}", f"cluster.mode={mode}",
+                      "cluster.prefill.count=3", "cluster.colocated.count=3",
+                      "cluster.prefill.scheduler.enable_prefix_caching=true",
+                      "cluster.colocated.scheduler.enable_prefix_caching=true",
+                      "workload.num_requests=60", "workload.arrivals.rate_per_s=4",
+                      "workload.shared_prefix={num_groups: 3, prefix_tokens: 1024, "
+                      "zipf_exponent: 0, hash_block_tokens: 16}",
+                      "workload.prompt_tokens={kind: uniform, mean_tokens: 64, "
+                      "range_ratio: 0.5}", method="none")
+    sim = Simulation(cfg)
+    res = sim.run()
+    shared = 1024 // 16
+    where: dict[int, set[str]] = defaultdict(set)
+    for rec in res.records:
+        assert rec["status"] == "finished"
+        group = sim.specs.hash_ids[rec["request_id"]][0] // shared  # type: ignore[index]
+        where[group].add(rec["decode_instance"] if colocated else rec["prefill_instance"])
+    return where, res.summary.prefix_cache_hit_rate
+
+
+@pytest.mark.parametrize("colocated", [False, True])
+def test_prefix_aware_sends_each_prefix_to_the_instance_that_caches_it(
+        colocated: bool) -> None:
+    where, hit_rate = _affinity_run("prefix_aware", colocated)
+    assert len(where) == 3
+    assert all(len(insts) == 1 for insts in where.values()), where
+    # round robin spreads every group over the instances and computes each prefix thrice
+    spread, rr_hit_rate = _affinity_run("round_robin", colocated)
+    assert all(len(insts) == 3 for insts in spread.values()), spread
+    assert hit_rate > rr_hit_rate
+
+
+# ---------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(("overrides", "field", "words"), [
+    (["router.policy=kv_load_aware", "router.weights.prefix=1"], "router.weights.prefix",
+     "does not read it"),
+    (["router.weights.queue=1"], "router.weights", "reads no weights"),
+    (["router.policy=least_loaded", "router.weights={}"], "router.weights",
+     "reads no weights"),
+    (["router.policy=kv_load_aware", "router.weights={queue: 0, kv_usage: 0}"],
+     "router.weights", "is 0"),
+    (["router.policy=prefix_aware",
+      "router.weights={queue: 0, kv_usage: 0, prefix: 0}"], "router.weights", "is 0"),
+    (["router.policy=prefix_aware", "router.weights.queue=-1"], "router.weights.queue",
+     "greater than or equal to 0"),
+    (["router.policy=prefix_aware", "router.weights.kv_usage=.nan"],
+     "router.weights.kv_usage", ""),
+    (["router.policy=prefix_aware", "router.weights.prefix=1e9"], "router.weights.prefix",
+     ""),
+    (["router.policy=prefix_aware", "router.weights.load=1"], "router.weights.load", ""),
+])
+def test_bad_weights_are_config_errors_naming_the_field(
+        overrides: list[str], field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        make_config(*overrides)
+    located = [msg for loc, msg in info.value.issues if loc == field]
+    assert located and words in located[0], info.value.issues
+
+
+def test_good_weights_are_kept() -> None:
+    cfg = make_config("router.policy=prefix_aware",
+                      "router.weights={queue: 1, kv_usage: 1, running: 0.5, prefix: 4}")
+    assert cfg.router.weights == RouterWeights(queue=1, kv_usage=1, running=0.5, prefix=4)
+    cfg = make_config("router.policy=kv_load_aware", "router.weights.running=1")
+    assert cfg.router.weights.running == 1 and cfg.router.weights.queue == 2
