@@ -8,7 +8,7 @@ by a unique suffix of 256..768 tokens, outputs of 100..300 tokens, Poisson arriv
 instance's KV pool (120 GiB, about 393k tokens) holds the prefixes of about a quarter of
 the groups, so where a request goes decides whether its prefix is computed again. Every
 policy runs on the same requests (paired: the workload's streams do not depend on the
-router).
+router); ``prefix_only`` is ``prefix_aware`` with the prefix term alone (no load terms).
 
 For each deployment and policy it prints TTFT p50/p99, mean TPOT, goodput under the SLO
 (TTFT <= 2 s and TPOT <= 50 ms at p90), the prefix-cache hit rate (prompt tokens found
@@ -34,13 +34,16 @@ from pdsim.loader import load_config
 from pdsim.output import write_atomic
 from pdsim.simulation import simulate
 
-# (label, router overrides): every registered policy with its default weights
+# (label, router overrides): every registered policy with its default weights, and
+# prefix_aware with the prefix term alone (cache affinity without the load terms)
 POLICIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("round_robin", ("router.policy=round_robin",)),
     ("random", ("router.policy=random",)),
     ("least_loaded", ("router.policy=least_loaded",)),
     ("kv_load_aware", ("router.policy=kv_load_aware",)),
     ("prefix_aware", ("router.policy=prefix_aware",)),
+    ("prefix_only", ("router.policy=prefix_aware",
+                     "router.weights={queue: 0, kv_usage: 0, prefix: 1}")),
 )
 DEPLOYMENTS = ("pd_4p2d", "colocated_6")
 GROUPS, PREFIX_TOKENS, KV_GIB = 200, 8192, 120.0

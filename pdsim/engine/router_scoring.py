@@ -5,7 +5,9 @@ scorers do (docs/routing.md cites them): the queue and running terms are min-max
 normalised over the candidates (the shortest gets 1, the longest 0, all 1 when equal), the
 KV term is ``1 - kv_usage``, the prefix term the fraction of the request's hash blocks
 whose leading run the candidate's prefix cache holds. The policy picks the largest
-weighted sum, ties to the lowest instance index. The weights are ``router.weights``.
+weighted sum; exact ties go round robin over the tied candidates in index order (llm-d's
+max-score picker draws among ties at random; a turn counter spreads them as evenly without
+a draw). The weights are ``router.weights``.
 
 Cost per decision: O(candidates) for the load terms, plus one prefix lookup per candidate
 (O(its matched blocks + 1)); no per-token work and no random draws.
@@ -35,9 +37,26 @@ def spread_scores(values: Sequence[int]) -> list[float]:
     return [(hi - v) / span for v in values]
 
 
-def best_index(candidates: Sequence[RouteTarget], scores: Sequence[float]) -> int:
-    """The position of the highest score; ties to the lowest instance index."""
-    return min(range(len(candidates)), key=lambda i: (-scores[i], candidates[i].index))
+class TieBreaker:
+    """Picks the highest score; exact ties go round robin over the tied candidates in
+    instance-index order (the first tie to the lowest index), so equal instances share
+    the work without a random draw: deterministic, and no stream is consumed."""
+
+    __slots__ = ("_turn",)
+
+    def __init__(self) -> None:
+        self._turn = 0
+
+    def best(self, candidates: Sequence[RouteTarget], scores: Sequence[float]) -> int:
+        """The position of the chosen candidate."""
+        top = max(scores)
+        tied = [i for i, s in enumerate(scores) if s == top]
+        if len(tied) == 1:
+            return tied[0]
+        tied.sort(key=lambda i: candidates[i].index)
+        pick = tied[self._turn % len(tied)]
+        self._turn += 1
+        return pick
 
 
 @ROUTERS.register("kv_load_aware")
@@ -52,6 +71,7 @@ class KVLoadAware:
         self.queue_weight = w.queue
         self.kv_weight = w.kv_usage
         self.running_weight = w.running
+        self.ties = TieBreaker()
 
     def load_scores(self, candidates: Sequence[RouteTarget]) -> list[float]:
         """Each candidate's weighted load terms."""
@@ -68,7 +88,7 @@ class KVLoadAware:
     def choose(self, candidates: Sequence[RouteTarget], request: Request) -> int:
         if len(candidates) == 1:
             return 0
-        return best_index(candidates, self.load_scores(candidates))
+        return self.ties.best(candidates, self.load_scores(candidates))
 
 
 @ROUTERS.register("prefix_aware")
@@ -92,4 +112,4 @@ class PrefixAware(KVLoadAware):
             total = len(hashes)
             for i, c in enumerate(candidates):
                 scores[i] += self.prefix_weight * c.cached_prefix_blocks(hashes) / total
-        return best_index(candidates, scores)
+        return self.ties.best(candidates, scores)

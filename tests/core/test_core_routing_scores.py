@@ -109,11 +109,18 @@ def test_prefix_aware_prefers_the_longest_cached_leading_run() -> None:
     assert pick("kv_load_aware", cands, req) == 0
 
 
-def test_single_candidate_and_ties_go_to_the_lowest_index() -> None:
+def test_single_candidate_and_ties() -> None:
     for policy in ("kv_load_aware", "prefix_aware", "least_loaded"):
         assert pick(policy, [Target(7, waiting=9)]) == 0
         same = [Target(5), Target(3), Target(9)]
-        assert pick(policy, same, Req((1, 2))) == 1
+        assert pick(policy, same, Req((1, 2))) == 1  # a fresh router: the lowest index
+    # the scoring policies then take turns over the tied candidates, in index order
+    r = router("prefix_aware")
+    same = [Target(5), Target(3), Target(9), Target(4, waiting=1)]
+    assert [r.choose(same, Req()) for _ in range(7)] == [1, 0, 2, 1, 0, 2, 1]  # type: ignore[attr-defined]
+    # only exact ties rotate: a better candidate wins every time
+    assert [r.choose([Target(0, kv_usage=0.1), Target(1)], Req())  # type: ignore[attr-defined]
+            for _ in range(3)] == [1, 1, 1]
 
 
 # ---------------------------------------------------------------- properties
@@ -145,16 +152,23 @@ def test_every_policy_returns_a_candidate(policy: str, cands: list[Target],
 @given(st.sampled_from(["least_loaded", "kv_load_aware", "prefix_aware"]),
        st.lists(st.integers(0, 10_000), min_size=1, max_size=12, unique=True),
        targets, weights, hashes)
-def test_equal_states_break_ties_to_the_lowest_index(
+def test_equal_states_break_ties_deterministically(
         policy: str, indices: list[int], state: Target, w: RouterWeights,
         ids: tuple[int, ...] | None) -> None:
+    """All candidates alike: the first pick is the lowest index; least_loaded keeps it,
+    the scoring policies take turns in index order; the same for any random stream."""
     cands = [Target(i, state.waiting, state.running, state.kv_usage, state.cached,
                     state.pending) for i in indices]
-    expected = indices.index(min(indices))
+    by_index = sorted(range(len(indices)), key=lambda i: indices[i])
+    turns = 2 * len(cands) + 1
+    if policy == "least_loaded":
+        expected = [by_index[0]] * turns
+    else:
+        expected = [by_index[k % len(cands)] for k in range(turns)]
     for seed in (0, 1):
         r = make_router(policy, np.random.default_rng(seed),
                         RouterConfig(policy=policy, weights=w))
-        assert r.choose(cands, Req(ids)) == expected  # type: ignore[arg-type]
+        assert [r.choose(cands, Req(ids)) for _ in range(turns)] == expected  # type: ignore[arg-type]
 
 
 @settings(max_examples=12, deadline=None)
