@@ -31,6 +31,7 @@ from pdsim.config_sections import (
     PerPositionAcceptance,
     Role,
     RouterConfig,
+    RouterWeights,
     SchedulerConfig,
     SLOConfig,
     SpeculativeConfig,
@@ -374,20 +375,21 @@ class SimConfig(StrictModel):
 
 def router_weight_issues(router: RouterConfig) -> list[tuple[str, str]]:
     """``router.weights`` against what its policy reads (the policy class's
-    ``weight_fields``): no weights for a policy that reads none, no weight it ignores, and
-    not every weight it reads 0."""
-    policy = router.policy
+    ``weight_fields``): no weight changed from its default that the policy does not read,
+    and not every weight it reads 0. Judged by value, not by which keys the YAML gave, so
+    a dumped config (``config.resolved.yaml``) loads again."""
+    policy, weights = router.policy, router.weights
     reads: tuple[str, ...] = getattr(ROUTERS.lookup(policy), "weight_fields", ())
-    if "weights" not in router.model_fields_set:
-        given: set[str] = set()
-    else:
-        given = set(router.weights.model_fields_set)
-        if not reads:
-            return [("router.weights", f"policy {policy} reads no weights; remove them or "
-                     f"choose a scoring policy (kv_load_aware, prefix_aware)")]
+    default = RouterWeights()
+    changed = [name for name in RouterWeights.model_fields
+               if getattr(weights, name) != getattr(default, name)]
+    if not reads:
+        return [("router.weights", f"policy {policy} reads no weights ({', '.join(changed)} "
+                 f"set); remove them or choose a scoring policy (kv_load_aware, "
+                 f"prefix_aware)")] if changed else []
     issues = [(f"router.weights.{name}", f"policy {policy} does not read it; it reads "
-               f"{', '.join(reads)}") for name in sorted(given - set(reads))]
-    if reads and not any(getattr(router.weights, name) > 0 for name in reads):
+               f"{', '.join(reads)}") for name in changed if name not in reads]
+    if not any(getattr(weights, name) > 0 for name in reads):
         issues.append(("router.weights", f"every weight policy {policy} reads "
                        f"({', '.join(reads)}) is 0; give at least one a positive weight"))
     return issues

@@ -391,8 +391,8 @@ class RouterWeights(StrictModel):
 class RouterConfig(StrictModel):
     """The proxy's policy for picking instances (a registered policy name).
 
-    The scoring policies (``kv_load_aware``, ``prefix_aware``) read ``weights``; giving
-    ``weights`` to a policy that reads none, or a weight the policy does not read, is an
+    The scoring policies (``kv_load_aware``, ``prefix_aware``) read ``weights``; changing a
+    weight the policy does not read (any weight, under a policy that reads none) is an
     error naming the field.
     """
 

@@ -18,6 +18,7 @@ from pdsim.config_sections import RouterConfig, RouterWeights
 from pdsim.engine.route_view import RoutingState
 from pdsim.engine.router import ROUTERS, make_router
 from pdsim.errors import ConfigError
+from pdsim.loader import load_config
 
 
 @dataclass
@@ -242,7 +243,7 @@ def test_prefix_aware_sends_each_prefix_to_the_instance_that_caches_it(
     (["router.policy=kv_load_aware", "router.weights.prefix=1"], "router.weights.prefix",
      "does not read it"),
     (["router.weights.queue=1"], "router.weights", "reads no weights"),
-    (["router.policy=least_loaded", "router.weights={}"], "router.weights",
+    (["router.policy=least_loaded", "router.weights={kv_usage: 1}"], "router.weights",
      "reads no weights"),
     (["router.policy=kv_load_aware", "router.weights={queue: 0, kv_usage: 0}"],
      "router.weights", "is 0"),
@@ -262,6 +263,15 @@ def test_bad_weights_are_config_errors_naming_the_field(
         make_config(*overrides)
     located = [msg for loc, msg in info.value.issues if loc == field]
     assert located and words in located[0], info.value.issues
+
+
+@pytest.mark.parametrize("overrides", [
+    ["router.policy=round_robin"], ["router.policy=kv_load_aware", "router.weights.running=1"],
+    ["router.policy=prefix_aware", "router.weights={queue: 0, kv_usage: 0, prefix: 1}"]])
+def test_a_dumped_config_loads_again(overrides: list[str]) -> None:
+    cfg = make_config(*overrides)
+    again = load_config(cfg.model_dump(mode="json"))
+    assert again.router == cfg.router
 
 
 def test_good_weights_are_kept() -> None:
