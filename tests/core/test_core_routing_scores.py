@@ -280,3 +280,31 @@ def test_good_weights_are_kept() -> None:
     assert cfg.router.weights == RouterWeights(queue=1, kv_usage=1, running=0.5, prefix=4)
     cfg = make_config("router.policy=kv_load_aware", "router.weights.running=1")
     assert cfg.router.weights.running == 1 and cfg.router.weights.queue == 2
+
+
+# ------------------------------------------------------- the view on instances
+
+
+def test_instances_show_routers_their_state_without_changing_it() -> None:
+    """``Instance`` is a ``RouteTarget``: KV usage is a fraction of its own pool, waiting
+    counts queued and receiving requests, and a prefix lookup keeps the LRU order."""
+    cfg = make_config("cluster.prefill.count=2", "cluster.prefill.scheduler.num_blocks=1000",
+                      "cluster.prefill.scheduler.enable_prefix_caching=true")
+    sim = Simulation(cfg)
+    p0, p1 = sim.prefills
+    assert p0.routing_state() == RoutingState(0, 0, 0.0)
+    assert p0.pool.allocate(10_000, 250)
+    assert p1.pool.allocate(10_001, 100)
+    assert p0.routing_state().kv_usage == 0.25 and p1.routing_state().kv_usage == 0.1
+    r = router("kv_load_aware")
+    assert sim.prefills[r.choose(sim.prefills, Req())].name == "P1"  # type: ignore[attr-defined]
+    cache = p0.kv.prefix_cache
+    assert cache is not None
+    for h in (5, 6, 7, 1):
+        cache[h] = None
+    before = list(cache)
+    assert p0.cached_prefix_blocks((5, 6, 7, 8)) == 3
+    assert p0.cached_prefix_blocks((6, 7)) == 2 and p0.cached_prefix_blocks((8, 5)) == 0
+    assert list(cache) == before  # LRU order untouched
+    assert p1.cached_prefix_blocks((5,)) == 0
+    assert sim.decodes[0].cached_prefix_blocks((5,)) == 0  # D keeps no prefix cache
