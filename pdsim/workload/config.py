@@ -426,4 +426,10 @@ class WorkloadConfig(StrictModel):
                     f"duration_s x arrivals.rate_per_s is {expected:.3g} requests; at most "
                     f"{MAX_REQUESTS:,} ({_REQUESTS_WHY}): shorten duration_s or set "
                     f"num_requests")
+        if self.shared_prefix is not None:
+            n = self.num_requests if self.num_requests is not None else (
+                (self.duration_s or 0.0) * (rate or 0.0))
+            issue = self.shared_prefix.hash_ids_issue(n, self.prompt_tokens.expected_tokens)
+            if issue is not None:
+                raise ValueError(issue)
         return self

@@ -11,6 +11,7 @@ own, so two requests share exactly the leading whole blocks of their common pref
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import numpy as np
@@ -19,6 +20,8 @@ from pydantic import Field, model_validator
 from pdsim._model import MAX_TOKENS, StrictModel, at_most
 
 GROUP_STREAM = "workload.prefix_groups"
+# Hash ids live in memory as tuples of Python ints, about 36 bytes each
+MAX_HASH_IDS = 50_000_000
 
 
 class SharedPrefixConfig(StrictModel):
@@ -53,6 +56,17 @@ class SharedPrefixConfig(StrictModel):
     def shared_blocks(self) -> int:
         """Whole hash blocks inside the prefix: the ones a group's requests share."""
         return self.prefix_tokens // self.hash_block_tokens
+
+    def hash_ids_issue(self, requests: float, mean_suffix_tokens: float) -> str | None:
+        """Why ``requests`` requests would hold too many hash ids, or None."""
+        blocks = math.ceil((self.prefix_tokens + mean_suffix_tokens) / self.hash_block_tokens)
+        total = requests * blocks
+        if total <= MAX_HASH_IDS:
+            return None
+        return (f"shared_prefix: about {total:.3g} hash ids ({requests:.3g} requests x "
+                f"{blocks:,} blocks of {self.hash_block_tokens} tokens); at most "
+                f"{MAX_HASH_IDS:,} (each about 36 bytes in memory): raise "
+                f"hash_block_tokens or run fewer requests")
 
     def popularity(self) -> np.ndarray:
         """Each group's probability (Zipf over the group index)."""

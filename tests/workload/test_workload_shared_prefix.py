@@ -85,11 +85,20 @@ def test_prefix_groups_shift_no_other_stream() -> None:
     ({"num_groups": 2, "prefix_tokens": 512, "groups": 3}, {}, "Extra inputs"),
     ({"num_groups": 2, "prefix_tokens": 512},
      {"trace": {"kind": "mooncake", "path": "t"}}, "a trace brings its own hash_ids"),
+    ({"num_groups": 2, "prefix_tokens": 131072, "hash_block_tokens": 16},
+     {"num_requests": 10_000}, "hash ids (1e+04 requests x 8,256 blocks of 16 tokens)"),
+    ({"num_groups": 2, "prefix_tokens": 1024, "hash_block_tokens": 1},
+     {"num_requests": None, "duration_s": 10_000}, "hash ids (4e+04 requests x 2,048 blocks of 1 tokens)"),
 ])
 def test_bad_shared_prefix_is_rejected(shared: dict[str, Any], extra: dict[str, Any],
                                        message: str) -> None:
     with pytest.raises(ValidationError) as info:
         workload({"shared_prefix": shared, **extra})
+    assert message in str(info.value)
+    # just under the bound is fine: 50M hash ids
+    workload({"num_requests": 10_000, "prompt_tokens": {"kind": "fixed", "tokens": 16},
+              "shared_prefix": {"num_groups": 1, "prefix_tokens": 79_984,
+                                "hash_block_tokens": 16}})
     assert message in str(info.value)
 
 
