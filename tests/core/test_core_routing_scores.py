@@ -18,6 +18,7 @@ from pdsim.config_sections import RouterConfig, RouterWeights
 from pdsim.engine.route_view import RoutingState
 from pdsim.engine.router import ROUTERS, make_router
 from pdsim.errors import ConfigError
+from pdsim.invariants import run_checked
 from pdsim.loader import load_config
 
 
@@ -308,3 +309,28 @@ def test_instances_show_routers_their_state_without_changing_it() -> None:
     assert list(cache) == before  # LRU order untouched
     assert p1.cached_prefix_blocks((5,)) == 0
     assert sim.decodes[0].cached_prefix_blocks((5,)) == 0  # D keeps no prefix cache
+
+
+@pytest.mark.parametrize("policy", ["kv_load_aware", "prefix_aware"])
+@pytest.mark.parametrize("colocated", [False, True])
+def test_engine_invariants_hold_under_the_scoring_routers(policy: str, colocated: bool) -> None:
+    """Every engine invariant after every event, with small pools (prefix-cache
+    evictions, preemptions) and an outage of the first instance mid-run."""
+    first = "C0" if colocated else "P0"
+    cfg = make_config(f"router.policy={policy}",
+                      f"cluster.mode={'colocated' if colocated else 'disaggregated'}",
+                      "cluster.prefill.count=3", "cluster.colocated.count=3",
+                      "cluster.prefill.scheduler.num_blocks=200",
+                      "cluster.colocated.scheduler.num_blocks=200",
+                      "cluster.prefill.scheduler.enable_prefix_caching=true",
+                      "cluster.colocated.scheduler.enable_prefix_caching=true",
+                      "workload.num_requests=80", "workload.arrivals.rate_per_s=60",
+                      "workload.shared_prefix={num_groups: 12, prefix_tokens: 512, "
+                      "zipf_exponent: 0.5, hash_block_tokens: 16}",
+                      "workload.prompt_tokens={kind: uniform, mean_tokens: 100, "
+                      "range_ratio: 0.9}",
+                      f"faults.instance_outages=[{{instance: {first}, start_s: 0.3, "
+                      f"end_s: 0.8}}]")
+    res = run_checked(cfg)
+    assert res.summary.completed + res.summary.failed == 80
+    assert res.summary.prefix_cache_hit_rate > 0

@@ -88,7 +88,8 @@ def test_prefix_groups_shift_no_other_stream() -> None:
     ({"num_groups": 2, "prefix_tokens": 131072, "hash_block_tokens": 16},
      {"num_requests": 10_000}, "hash ids (1e+04 requests x 8,256 blocks of 16 tokens)"),
     ({"num_groups": 2, "prefix_tokens": 1024, "hash_block_tokens": 1},
-     {"num_requests": None, "duration_s": 10_000}, "hash ids (4e+04 requests x 2,048 blocks of 1 tokens)"),
+     {"num_requests": None, "duration_s": 10_000},
+     "hash ids (4e+04 requests x 2,048 blocks of 1 tokens)"),
 ])
 def test_bad_shared_prefix_is_rejected(shared: dict[str, Any], extra: dict[str, Any],
                                        message: str) -> None:
