@@ -42,6 +42,7 @@ POLICIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("least_loaded", ("router.policy=least_loaded",)),
     ("kv_load_aware", ("router.policy=kv_load_aware",)),
     ("prefix_aware", ("router.policy=prefix_aware",)),
+    ("cache_aware", ("router.policy=cache_aware",)),
     ("prefix_only", ("router.policy=prefix_aware",
                      "router.weights={queue: 0, kv_usage: 0, prefix: 1}")),
 )

@@ -20,6 +20,7 @@ from pdsim._model import MAX_BLOCKS, StrictModel
 from pdsim.config_sections import (
     EAGLE_FAMILY,
     STALE_KV_FIT,
+    CacheAwareRouting,
     ClusterConfig,
     ConditionalAcceptance,
     ConnectorConfig,
@@ -374,21 +375,27 @@ class SimConfig(StrictModel):
 
 
 def router_weight_issues(router: RouterConfig) -> list[tuple[str, str]]:
-    """``router.weights`` against what its policy reads (the policy class's
-    ``weight_fields``): no weight changed from its default that the policy does not read,
-    and not every weight it reads 0. Judged by value, not by which keys the YAML gave, so
-    a dumped config (``config.resolved.yaml``) loads again."""
+    """``router.weights`` and ``router.cache_aware`` against what the policy reads (its
+    class's ``weight_fields``): nothing changed from its default that the policy does not
+    read, and not every weight it reads 0. Judged by value, not by which keys the YAML
+    gave, so a dumped config (``config.resolved.yaml``) loads again."""
     policy, weights = router.policy, router.weights
     reads: tuple[str, ...] = getattr(ROUTERS.lookup(policy), "weight_fields", ())
     default = RouterWeights()
     changed = [name for name in RouterWeights.model_fields
                if getattr(weights, name) != getattr(default, name)]
+    issues: list[tuple[str, str]] = []
+    if policy != "cache_aware" and router.cache_aware != CacheAwareRouting():
+        issues.append(("router.cache_aware", f"applies to policy cache_aware only (the "
+                       f"policy is {policy}); remove it"))
     if not reads:
-        return [("router.weights", f"policy {policy} reads no weights ({', '.join(changed)} "
-                 f"set); remove them or choose a scoring policy (kv_load_aware, "
-                 f"prefix_aware)")] if changed else []
-    issues = [(f"router.weights.{name}", f"policy {policy} does not read it; it reads "
-               f"{', '.join(reads)}") for name in changed if name not in reads]
+        if changed:
+            issues.append(("router.weights", f"policy {policy} reads no weights "
+                           f"({', '.join(changed)} set); remove them or choose a scoring "
+                           f"policy (kv_load_aware, prefix_aware)"))
+        return issues
+    issues += [(f"router.weights.{name}", f"policy {policy} does not read it; it reads "
+                f"{', '.join(reads)}") for name in changed if name not in reads]
     if not any(getattr(weights, name) > 0 for name in reads):
         issues.append(("router.weights", f"every weight policy {policy} reads "
                        f"({', '.join(reads)}) is 0; give at least one a positive weight"))

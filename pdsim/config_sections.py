@@ -388,6 +388,23 @@ class RouterWeights(StrictModel):
     blocks whose leading run the instance's prefix cache holds."""
 
 
+class CacheAwareRouting(StrictModel):
+    """Thresholds of the ``cache_aware`` policy (vLLM router's cache-aware policy; its
+    defaults)."""
+
+    cache_threshold: Annotated[float, Field(ge=0, le=1)] = 0.5
+    """Least fraction of the request's hash blocks the best-matching instance must hold for
+    the request to follow its cache; below it, the instance with the fewest cached blocks."""
+    balance_abs_threshold: Annotated[int, Field(ge=0), at_most(
+        MAX_BATCH_SEQS * MAX_INSTANCES, "more requests than any cluster holds")] = 32
+    """Load imbalance, absolute: the most and the least loaded instance (waiting + running
+    requests) differ by more than this many requests..."""
+    balance_rel_threshold: Annotated[float, Field(ge=1, allow_inf_nan=False), at_most(
+        1e6, "a ratio beyond any load")] = 1.1
+    """...and the most loaded holds more than this times the least: then the least loaded
+    instance is picked, whatever the caches hold."""
+
+
 class RouterConfig(StrictModel):
     """The proxy's policy for picking instances (a registered policy name).
 
@@ -397,11 +414,13 @@ class RouterConfig(StrictModel):
     """
 
     policy: str = "round_robin"
-    """A registered routing policy name: round_robin, least_loaded, random, kv_load_aware or
-    prefix_aware."""
+    """A registered routing policy name: round_robin, least_loaded, random, kv_load_aware,
+    prefix_aware or cache_aware."""
     weights: RouterWeights = RouterWeights()
     """Term weights of the scoring policies (kv_load_aware: queue, kv_usage, running;
     prefix_aware: those and prefix)."""
+    cache_aware: CacheAwareRouting = CacheAwareRouting()
+    """Thresholds of the cache_aware policy (vLLM router's defaults)."""
 
 
 class SLOConfig(StrictModel):

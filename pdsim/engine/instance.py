@@ -161,11 +161,12 @@ class Instance:
         return pending, held
 
     def routing_state(self) -> RoutingState:
-        """Waiting (queued or receiving KV) and running requests and KV usage: what the
-        scoring routers read (``RouteTarget``)."""
-        pool = self.pool
+        """Waiting (queued or receiving KV) and running requests, KV usage and prefix-cache
+        size: what the scoring routers read (``RouteTarget``)."""
+        pool, cache = self.pool, self.kv.prefix_cache
         return RoutingState(len(self.waiting) + len(self.receiving), len(self.running),
-                            pool.num_used / pool.num_blocks)
+                            pool.num_used / pool.num_blocks,
+                            len(cache) if cache is not None else 0)
 
     def cached_prefix_blocks(self, hash_ids: Sequence[int]) -> int:
         """Leading blocks of ``hash_ids`` in this instance's prefix cache (a read)."""

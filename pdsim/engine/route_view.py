@@ -18,12 +18,14 @@ class RoutingState(NamedTuple):
     ``waiting``: requests queued, or allocated and receiving their KV (vLLM's
     ``num_requests_waiting`` counts both); ``running``: requests scheduled
     (``num_requests_running``); ``kv_usage``: the fraction of the KV pool's blocks in use
-    (``kv_cache_usage_perc``), 0..1.
+    (``kv_cache_usage_perc``), 0..1; ``cached_blocks``: hash blocks in its prefix cache
+    (0 without one).
     """
 
     waiting: int
     running: int
     kv_usage: float
+    cached_blocks: int = 0
 
 
 class RouteTarget(Protocol):

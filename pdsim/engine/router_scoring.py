@@ -113,3 +113,38 @@ class PrefixAware(KVLoadAware):
             for i, c in enumerate(candidates):
                 scores[i] += self.prefix_weight * c.cached_prefix_blocks(hashes) / total
         return self.ties.best(candidates, scores)
+
+
+@ROUTERS.register("cache_aware")
+class CacheAware:
+    """vLLM router's cache-aware policy: when the load (waiting + running requests) is
+    imbalanced, by more than ``balance_abs_threshold`` requests and more than
+    ``balance_rel_threshold`` times, the least loaded instance; otherwise the instance
+    holding the longest leading run of the request's hash blocks if that run is more than
+    ``cache_threshold`` of them, else the one with the fewest cached blocks (the most room).
+    The router reads the real prefix caches where vLLM's keeps an approximate tree of
+    what it sent where."""
+
+    weight_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, rng: np.random.Generator, config: RouterConfig | None = None) -> None:
+        c = (config if config is not None else RouterConfig()).cache_aware
+        self.cache_threshold = c.cache_threshold
+        self.abs_threshold = c.balance_abs_threshold
+        self.rel_threshold = c.balance_rel_threshold
+        self.ties = TieBreaker()
+
+    def choose(self, candidates: Sequence[RouteTarget], request: Request) -> int:
+        if len(candidates) == 1:
+            return 0
+        states = [c.routing_state() for c in candidates]
+        loads = [s.waiting + s.running for s in states]
+        lo, hi = min(loads), max(loads)
+        if hi - lo > self.abs_threshold and hi > self.rel_threshold * lo:
+            return self.ties.best(candidates, [-float(x) for x in loads])
+        hashes = request.hash_ids
+        if hashes:
+            matched = [c.cached_prefix_blocks(hashes) for c in candidates]
+            if max(matched) > self.cache_threshold * len(hashes):
+                return self.ties.best(candidates, [float(m) for m in matched])
+        return self.ties.best(candidates, [-float(s.cached_blocks) for s in states])

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdsim import Simulation
-from pdsim.config_sections import RouterConfig, RouterWeights
+from pdsim.config_sections import CacheAwareRouting, RouterConfig, RouterWeights
 from pdsim.engine.route_view import RoutingState
 from pdsim.engine.router import ROUTERS, make_router
 from pdsim.errors import ConfigError
@@ -37,7 +37,7 @@ class Target:
         return self.pending, self.waiting + self.running
 
     def routing_state(self) -> RoutingState:
-        return RoutingState(self.waiting, self.running, self.kv_usage)
+        return RoutingState(self.waiting, self.running, self.kv_usage, len(self.cached))
 
     def cached_prefix_blocks(self, hash_ids: Sequence[int]) -> int:
         n = 0
@@ -53,8 +53,10 @@ class Req:
     hash_ids: tuple[int, ...] | None = None
 
 
-def router(policy: str, **weights: float) -> object:
-    cfg = RouterConfig(policy=policy, weights=RouterWeights(**weights))
+def router(policy: str, cache_aware: CacheAwareRouting | None = None,
+           **weights: float) -> object:
+    cfg = RouterConfig(policy=policy, weights=RouterWeights(**weights),
+                       cache_aware=cache_aware or CacheAwareRouting())
     return make_router(policy, np.random.default_rng(0), cfg)
 
 
@@ -111,8 +113,32 @@ def test_prefix_aware_prefers_the_longest_cached_leading_run() -> None:
     assert pick("kv_load_aware", cands, req) == 0
 
 
+def test_cache_aware_follows_the_cache_unless_the_load_is_imbalanced() -> None:
+    req = Req((10, 11, 12, 13))
+    held = frozenset({10, 11, 12})
+    cands = [Target(0, cached=frozenset({10, 99, 98, 97, 96})), Target(1, cached=held),
+             Target(2, cached=frozenset({50}))]
+    ca = router("cache_aware")
+    assert ca.choose(cands, req) == 1  # type: ignore[attr-defined]  # 3/4 > 0.5
+    # a match of at most half the blocks: the instance with the fewest cached blocks
+    assert ca.choose(cands, Req((10, 11, 20, 21))) == 2  # type: ignore[attr-defined]
+    assert ca.choose(cands, Req(None)) == 2  # type: ignore[attr-defined]
+    # imbalanced (40 - 5 > 32 and 40 > 1.1 x 5): the least loaded, whatever it caches
+    busy = [Target(0, waiting=3, running=2), Target(1, running=40, cached=held)]
+    assert ca.choose(busy, req) == 0  # type: ignore[attr-defined]
+    # not imbalanced by the absolute threshold, or by the relative one
+    assert ca.choose([Target(0, running=8), Target(1, running=40, cached=held)],  # type: ignore[attr-defined]
+                     req) == 1
+    loose = router("cache_aware", CacheAwareRouting(balance_abs_threshold=2,
+                                                     balance_rel_threshold=10))
+    assert loose.choose([Target(0, running=5), Target(1, running=40, cached=held)],  # type: ignore[attr-defined]
+                        req) == 1
+    strict = router("cache_aware", CacheAwareRouting(cache_threshold=0.8))
+    assert strict.choose(cands, req) == 2  # type: ignore[attr-defined]  # 3/4 <= 0.8
+
+
 def test_single_candidate_and_ties() -> None:
-    for policy in ("kv_load_aware", "prefix_aware", "least_loaded"):
+    for policy in ("kv_load_aware", "prefix_aware", "cache_aware", "least_loaded"):
         assert pick(policy, [Target(7, waiting=9)]) == 0
         same = [Target(5), Target(3), Target(9)]
         assert pick(policy, same, Req((1, 2))) == 1  # a fresh router: the lowest index
@@ -151,14 +177,14 @@ def test_every_policy_returns_a_candidate(policy: str, cands: list[Target],
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.sampled_from(["least_loaded", "kv_load_aware", "prefix_aware"]),
+@given(st.sampled_from(["least_loaded", "kv_load_aware", "prefix_aware", "cache_aware"]),
        st.lists(st.integers(0, 10_000), min_size=1, max_size=12, unique=True),
        targets, weights, hashes)
 def test_equal_states_break_ties_deterministically(
         policy: str, indices: list[int], state: Target, w: RouterWeights,
         ids: tuple[int, ...] | None) -> None:
     """All candidates alike: the first pick is the lowest index; least_loaded keeps it,
-    the scoring policies take turns in index order; the same for any random stream."""
+    the other policies take turns in index order; the same for any random stream."""
     cands = [Target(i, state.waiting, state.running, state.kv_usage, state.cached,
                     state.pending) for i in indices]
     by_index = sorted(range(len(indices)), key=lambda i: indices[i])
@@ -226,9 +252,10 @@ def _affinity_run(policy: str, colocated: bool) -> tuple[dict[int, set[str]], fl
 
 
 @pytest.mark.parametrize("colocated", [False, True])
+@pytest.mark.parametrize("policy", ["prefix_aware", "cache_aware"])
 def test_prefix_aware_sends_each_prefix_to_the_instance_that_caches_it(
-        colocated: bool) -> None:
-    where, hit_rate = _affinity_run("prefix_aware", colocated)
+        colocated: bool, policy: str) -> None:
+    where, hit_rate = _affinity_run(policy, colocated)
     assert len(where) == 3
     assert all(len(insts) == 1 for insts in where.values()), where
     # round robin spreads every group over the instances and computes each prefix thrice
@@ -257,6 +284,16 @@ def test_prefix_aware_sends_each_prefix_to_the_instance_that_caches_it(
     (["router.policy=prefix_aware", "router.weights.prefix=1e9"], "router.weights.prefix",
      ""),
     (["router.policy=prefix_aware", "router.weights.load=1"], "router.weights.load", ""),
+    (["router.policy=cache_aware", "router.weights.queue=1"], "router.weights",
+     "reads no weights"),
+    (["router.policy=prefix_aware", "router.cache_aware.cache_threshold=0.3"],
+     "router.cache_aware", "applies to policy cache_aware only"),
+    (["router.policy=cache_aware", "router.cache_aware.cache_threshold=1.5"],
+     "router.cache_aware.cache_threshold", "less than or equal to 1"),
+    (["router.policy=cache_aware", "router.cache_aware.balance_rel_threshold=0.5"],
+     "router.cache_aware.balance_rel_threshold", "greater than or equal to 1"),
+    (["router.policy=cache_aware", "router.cache_aware.balance_abs_threshold=-1"],
+     "router.cache_aware.balance_abs_threshold", "greater than or equal to 0"),
 ])
 def test_bad_weights_are_config_errors_naming_the_field(
         overrides: list[str], field: str, words: str) -> None:
@@ -268,7 +305,8 @@ def test_bad_weights_are_config_errors_naming_the_field(
 
 @pytest.mark.parametrize("overrides", [
     ["router.policy=round_robin"], ["router.policy=kv_load_aware", "router.weights.running=1"],
-    ["router.policy=prefix_aware", "router.weights={queue: 0, kv_usage: 0, prefix: 1}"]])
+    ["router.policy=prefix_aware", "router.weights={queue: 0, kv_usage: 0, prefix: 1}"],
+    ["router.policy=cache_aware", "router.cache_aware.balance_abs_threshold=4"]])
 def test_a_dumped_config_loads_again(overrides: list[str]) -> None:
     cfg = make_config(*overrides)
     again = load_config(cfg.model_dump(mode="json"))
@@ -311,7 +349,7 @@ def test_instances_show_routers_their_state_without_changing_it() -> None:
     assert sim.decodes[0].cached_prefix_blocks((5,)) == 0  # D keeps no prefix cache
 
 
-@pytest.mark.parametrize("policy", ["kv_load_aware", "prefix_aware"])
+@pytest.mark.parametrize("policy", ["kv_load_aware", "prefix_aware", "cache_aware"])
 @pytest.mark.parametrize("colocated", [False, True])
 def test_engine_invariants_hold_under_the_scoring_routers(policy: str, colocated: bool) -> None:
     """Every engine invariant after every event, with small pools (prefix-cache
