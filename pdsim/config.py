@@ -27,6 +27,7 @@ from pdsim.config_cluster import (
     pool_model,
     pool_num_blocks,
 )
+from pdsim.config_router import router_weight_issues
 from pdsim.config_sections import (
     EAGLE_FAMILY,
     STALE_KV_FIT,
@@ -252,8 +253,9 @@ class SimConfig(StrictModel):
     def workload_max_prompt_tokens(self) -> int:
         """The longest prompt the workload can draw (max_model_len when unbounded)."""
         return min(self.model.max_model_len,
-                   _max_tokens(self.workload.prompt_tokens, self.workload.trace is None,
-                               self.model.max_model_len))
+                   self.workload.shared_prefix_tokens
+                   + _max_tokens(self.workload.prompt_tokens, self.workload.trace is None,
+                                 self.model.max_model_len))
 
     @property
     def longest_request_tokens(self) -> int:
@@ -261,7 +263,8 @@ class SimConfig(StrictModel):
         by ``model.max_model_len`` (the whole of it for traces and unbounded draws)."""
         w = self.workload
         synthetic = w.trace is None
-        total = (_max_tokens(w.prompt_tokens, synthetic, self.model.max_model_len)
+        total = (w.shared_prefix_tokens
+                 + _max_tokens(w.prompt_tokens, synthetic, self.model.max_model_len)
                  + _max_tokens(w.output_tokens, synthetic, self.model.max_model_len))
         return min(self.model.max_model_len, total)
 
@@ -365,6 +368,8 @@ class SimConfig(StrictModel):
         if self.router.policy not in ROUTERS:
             issues.append(("router.policy", f"unknown policy {self.router.policy!r}; "
                            f"allowed: {', '.join(ROUTERS)}"))
+        else:
+            issues.extend(router_weight_issues(self.router))
         names = {n for p in c.pools() for n in p.instance_names}
         for i, o in enumerate(self.faults.instance_outages):
             if o.instance not in names:

@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 from pdsim._model import (
     MAX_BATCH_SEQS,
     MAX_BLOCKS,
+    MAX_INSTANCES,
     MAX_TOKENS,
     MIN_BANDWIDTH_GB_PER_S,
     StrictModel,
@@ -322,11 +323,66 @@ class ConnectorConfig(StrictModel):
     at ``link_bandwidth_gb_per_s``."""
 
 
+RouterWeight = Annotated[float, Field(ge=0, allow_inf_nan=False), at_most(
+    1e6, "weights are relative; scale them down together")]
+
+
+class RouterWeights(StrictModel):
+    """Weights of the scoring policies' terms (docs/routing.md).
+
+    Each term scores a candidate in [0, 1], higher better; the policy picks the largest
+    weighted sum, ties to the lowest instance index. The defaults are llm-d's default
+    scheduling profile (queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer
+    3; its running-requests scorer is not in that profile, so ``running`` is 0).
+    """
+
+    queue: RouterWeight = 2.0
+    """Weight of the queue term: (max - waiting) / (max - min) over the candidates, where
+    waiting counts the requests queued or receiving KV (vLLM num_requests_waiting); 1 when
+    all are equal."""
+    kv_usage: RouterWeight = 2.0
+    """Weight of the KV term: 1 - the fraction of the instance's KV blocks in use."""
+    running: RouterWeight = 0.0
+    """Weight of the running term: (max - running) / (max - min) over the candidates (vLLM
+    num_requests_running); 1 when all are equal."""
+    prefix: RouterWeight = 3.0
+    """Weight of the prefix term (prefix_aware only): the fraction of the request's hash
+    blocks whose leading run the instance's prefix cache holds."""
+
+
+class CacheAwareRouting(StrictModel):
+    """Thresholds of the ``cache_aware`` policy (vLLM router's cache-aware policy; its
+    defaults)."""
+
+    cache_threshold: Annotated[float, Field(ge=0, le=1)] = 0.5
+    """Least fraction of the request's hash blocks the best-matching instance must hold for
+    the request to follow its cache; below it, the instance with the fewest cached blocks."""
+    balance_abs_threshold: Annotated[int, Field(ge=0), at_most(
+        MAX_BATCH_SEQS * MAX_INSTANCES, "more requests than any cluster holds")] = 32
+    """Load imbalance, absolute: the most and the least loaded instance (waiting + running
+    requests) differ by more than this many requests..."""
+    balance_rel_threshold: Annotated[float, Field(ge=1, allow_inf_nan=False), at_most(
+        1e6, "a ratio beyond any load")] = 1.1
+    """...and the most loaded holds more than this times the least: then the least loaded
+    instance is picked, whatever the caches hold."""
+
+
 class RouterConfig(StrictModel):
-    """The proxy's policy for picking instances (a registered policy name)."""
+    """The proxy's policy for picking instances (a registered policy name).
+
+    The scoring policies (``kv_load_aware``, ``prefix_aware``) read ``weights``; changing a
+    weight the policy does not read (any weight, under a policy that reads none) is an
+    error naming the field.
+    """
 
     policy: str = "round_robin"
-    """A registered routing policy name (e.g. round_robin, least_loaded)."""
+    """A registered routing policy name: round_robin, least_loaded, random, kv_load_aware,
+    prefix_aware or cache_aware."""
+    weights: RouterWeights = RouterWeights()
+    """Term weights of the scoring policies (kv_load_aware: queue, kv_usage, running;
+    prefix_aware: those and prefix)."""
+    cache_aware: CacheAwareRouting = CacheAwareRouting()
+    """Thresholds of the cache_aware policy (vLLM router's defaults)."""
 
 
 class SLOConfig(StrictModel):

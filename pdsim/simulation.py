@@ -45,7 +45,8 @@ class Simulation:
                                                     self.streams.key("acceptance"))
         # P's guesses of the tokens it did not see, right or wrong (its only consumer)
         self.provenance_draws = UniformBuffer(self.streams.get("provenance"))
-        self.router = make_router(config.router.policy, self.streams.get("routing"))
+        self.router = make_router(config.router.policy, self.streams.get("routing"),
+                                  config.router)
         self.connector = ConnectorScheduler(config)
         self._tids = count()
         self.instances: list[Instance] = []

@@ -24,6 +24,7 @@ from pdsim.engine.events import LoopResume, StepEnd, step_end_priority
 from pdsim.engine.kv_manager import KVManager
 from pdsim.engine.look_ahead import FreshRows
 from pdsim.engine.request import Phase, Request
+from pdsim.engine.route_view import RoutingState
 from pdsim.engine.run_plan import plan_decode_run
 from pdsim.engine.scheduler import Scheduler, StepPlan
 from pdsim.engine.snapshot import InstanceSnapshot
@@ -32,7 +33,7 @@ from pdsim.facts import InstanceFacts
 from pdsim.perf.build import build_step_time_model
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Generator, Sequence
 
     import simpy
 
@@ -161,6 +162,18 @@ class Instance:
         pending = self.waiting.tokens_left + self.prefilling.tokens_left
         held = len(self.waiting) + len(self.running) + len(self.receiving)
         return pending, held
+
+    def routing_state(self) -> RoutingState:
+        """Waiting (queued or receiving KV) and running requests, KV usage and prefix-cache
+        size: what the scoring routers read (``RouteTarget``)."""
+        pool, cache = self.pool, self.kv.prefix_cache
+        return RoutingState(len(self.waiting) + len(self.receiving), len(self.running),
+                            pool.num_used / pool.num_blocks,
+                            len(cache) if cache is not None else 0)
+
+    def cached_prefix_blocks(self, hash_ids: Sequence[int]) -> int:
+        """Leading blocks of ``hash_ids`` in this instance's prefix cache (a read)."""
+        return self.kv.cached_prefix_blocks(hash_ids)
 
     def add_request(self, req: Request) -> None:
         """Queue a request (new, or arrived at D with its kv_transfer_params)."""

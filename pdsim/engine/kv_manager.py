@@ -7,6 +7,7 @@ asks it how many blocks a request needs and whether they fit; it never decides w
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from pdsim.engine.kvcache import BlockPool
 from pdsim.engine.request import Request
@@ -73,6 +74,19 @@ class KVManager:
             hits += 1
         # at least one token is computed to produce logits
         return min(hits * self.hash_block_tokens, int(req.seq_tokens) - 1)
+
+    def cached_prefix_blocks(self, hash_ids: Sequence[int]) -> int:
+        """How many leading blocks of ``hash_ids`` the prefix cache holds (0 without
+        one). A read for routers: the LRU order does not change."""
+        cache = self.prefix_cache
+        if cache is None:
+            return 0
+        n = 0
+        for h in hash_ids:
+            if h not in cache:
+                break
+            n += 1
+        return n
 
     def count_lookup(self, req: Request, hit_tokens: int) -> None:
         """``req`` was admitted after a lookup that found ``hit_tokens`` cached."""

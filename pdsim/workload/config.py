@@ -21,6 +21,7 @@ from pdsim._model import (
     at_most,
     seconds_bound,
 )
+from pdsim.workload.shared_prefix import SharedPrefixConfig
 
 PositiveInt = Annotated[int, Field(ge=1)]
 _REQUESTS_WHY = ("a run keeps every request in memory, about 2 KB each, and simulates "
@@ -381,6 +382,14 @@ class WorkloadConfig(StrictModel):
     """Output length distribution."""
     trace: Trace | None = None
     """Replay a recorded trace (mooncake or azure) instead of synthetic arrivals and lengths."""
+    shared_prefix: SharedPrefixConfig | None = None
+    """Prefix groups (synthetic workloads): each prompt is its group's shared prefix, then a
+    unique suffix of prompt_tokens tokens, with hash ids for prefix caching; null: none."""
+
+    @property
+    def shared_prefix_tokens(self) -> int:
+        """Tokens every prompt carries before the length ``prompt_tokens`` draws."""
+        return self.shared_prefix.prefix_tokens if self.shared_prefix is not None else 0
 
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadConfig:
@@ -389,6 +398,9 @@ class WorkloadConfig(StrictModel):
             raise ValueError("duration_s does not apply to closed_loop arrivals (their times "
                              "depend on the engine); bound the run with num_requests")
         if self.trace is not None:
+            if self.shared_prefix is not None:
+                raise ValueError("shared_prefix applies to synthetic workloads; a trace "
+                                 "brings its own hash_ids: remove one of them")
             if "num_requests" not in self.model_fields_set:
                 # A trace bounds itself: the synthetic default of 200 must not cut it. (Set
                 # here, not in a "before" validator, which would make JSON input lose
@@ -414,4 +426,10 @@ class WorkloadConfig(StrictModel):
                     f"duration_s x arrivals.rate_per_s is {expected:.3g} requests; at most "
                     f"{MAX_REQUESTS:,} ({_REQUESTS_WHY}): shorten duration_s or set "
                     f"num_requests")
+        if self.shared_prefix is not None:
+            n = self.num_requests if self.num_requests is not None else (
+                (self.duration_s or 0.0) * (rate or 0.0))
+            issue = self.shared_prefix.hash_ids_issue(n, self.prompt_tokens.expected_tokens)
+            if issue is not None:
+                raise ValueError(issue)
         return self
