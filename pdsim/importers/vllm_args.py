@@ -16,6 +16,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any, Literal
 
 from pdsim.errors import ConfigError
@@ -175,12 +176,16 @@ def _take_value(tokens: list[str], i: int, inline: str | None,
 
 
 def _strip_launcher(tokens: list[str], where: str) -> list[str]:
-    """Drop ``NAME=value`` environment prefixes and the ``vllm serve`` words."""
+    """Drop ``NAME=value`` environment prefixes and the ``vllm serve`` words (or
+    ``python -m vllm.entrypoints.openai.api_server``)."""
     i = 0
     while i < len(tokens) and "=" in tokens[i] and not tokens[i].startswith("-"):
         i += 1
     rest = tokens[i:]
-    if rest[:1] == ["vllm"]:
+    if (len(rest) >= 3 and PurePath(rest[0]).name.startswith("python") and rest[1] == "-m"
+            and rest[2].startswith("vllm.entrypoints")):
+        return rest[3:]  # python -m vllm.entrypoints.openai.api_server --model ...
+    if rest[:1] and PurePath(rest[0]).name == "vllm":
         if rest[1:2] != ["serve"]:
             raise ConfigError(where, f"expected `vllm serve ...`, got `vllm "
                               f"{' '.join(rest[1:2])}`")

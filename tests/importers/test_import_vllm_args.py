@@ -3,7 +3,11 @@ are vLLM's own (the pages are named at each)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pdsim.errors import ConfigError
 from pdsim.importers.vllm_args import parse_serve_command
@@ -89,6 +93,11 @@ def test_every_spelling_vllm_accepts() -> None:
     assert a.name == "served" and a.ignored == ("-O3",)
 
 
+def test_the_api_server_module_form() -> None:
+    a = parse_serve_command("python3 -m vllm.entrypoints.openai.api_server --model m -tp 2")
+    assert (a.model, a.tensor_parallel_size) == ("m", 2)
+
+
 @pytest.mark.parametrize(("command", "message"), [
     ("vllm serve m --frobnicate 3", r"cmd: --frobnicate: unknown vllm serve option"),
     ("vllm serve m --kv-transfer-config '{bad'", r"cmd: --kv-transfer-config: not valid JSON"),
@@ -105,3 +114,33 @@ def test_every_spelling_vllm_accepts() -> None:
 def test_bad_lines_name_the_option(command: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_serve_command(command, "cmd")
+
+
+_NUMERIC = {"tensor-parallel-size": "tensor_parallel_size", "data-parallel-size":
+            "data_parallel_size", "max-num-seqs": "max_num_seqs", "max-num-batched-tokens":
+            "max_num_batched_tokens", "block-size": "block_size"}
+
+
+@given(values=st.dictionaries(st.sampled_from(sorted(_NUMERIC)),
+                              st.integers(min_value=1, max_value=10**6)),
+       flags=st.dictionaries(st.sampled_from(["enable-prefix-caching",
+                                              "enable-chunked-prefill",
+                                              "enable-expert-parallel"]), st.booleans()),
+       spelling=st.lists(st.sampled_from(["space", "equals", "underscore"]), min_size=8,
+                         max_size=8),
+       order=st.randoms(use_true_random=False))
+def test_any_spelling_and_order_reads_the_same_values(
+        values: dict[str, int], flags: dict[str, bool], spelling: list[str],
+        order: Any) -> None:
+    parts = []
+    for (name, v), how in zip(values.items(), spelling, strict=False):
+        opt = "--" + (name.replace("-", "_") if how == "underscore" else name)
+        parts.append(f"{opt}={v}" if how == "equals" else f"{opt} {v}")
+    parts += [f"--{'' if on else 'no-'}{name}" for name, on in flags.items()]
+    order.shuffle(parts)
+    a = parse_serve_command(" ".join(["vllm", "serve", "org/model", *parts]))
+    assert a.model == "org/model"
+    for name, v in values.items():
+        assert getattr(a, _NUMERIC[name]) == v
+    for name, on in flags.items():
+        assert getattr(a, name.replace("-", "_")) is on
