@@ -3,6 +3,7 @@ they come from, what was assumed and what was ignored."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 
 import yaml
@@ -11,8 +12,16 @@ from pdsim.importers.deployment import ImportResult
 from pdsim.perf.architecture import ModelArchitecture
 
 
-def _comment(lines: Iterable[str]) -> str:
-    return "".join(f"# {line}".rstrip() + "\n" for line in lines)
+def _comment(lines: Iterable[str], width: int = 100) -> str:
+    """``lines`` as YAML comments, each wrapped to ``width`` with its indent kept."""
+    out: list[str] = []
+    for line in lines:
+        indent = " " * (len(line) - len(line.lstrip()) + (4 if line.lstrip()[:2] == "- "
+                                                          else 2))
+        wrapped = textwrap.wrap(line, width - 2, subsequent_indent=indent,
+                                break_long_words=False, break_on_hyphens=False) or [""]
+        out.extend(f"# {w}".rstrip() + "\n" for w in wrapped)
+    return "".join(out)
 
 
 def profile_yaml(arch: ModelArchitecture, header: Iterable[str]) -> str:

@@ -1,9 +1,9 @@
 """Every shell block (bash, sh, console) in the README and docs runs as written: each
 `pdsim` command of a block, in order, in a scratch folder that sees the repository's
 configs, examples and tests (tests/data), exits as the block says (0 unless a
-``# exit code N`` comment follows it). A block whose first line is ``# template`` needs the reader's own files or
-services and is only parsed. Not run here: the README's first block (the install and test
-commands `.ci/run` itself runs) and docs/calibration.md, whose blocks
+``# exit code N`` comment follows it). A block whose first line is ``# template`` needs the
+reader's own files or services and is only parsed. Not run here: the README's first block
+(the install and test commands `.ci/run` itself runs) and docs/calibration.md, whose blocks
 ``tests/calibration/test_calibration_docs.py`` runs and compares output for."""
 
 from __future__ import annotations
