@@ -124,7 +124,8 @@ def _attention(r: _Reader, window: int | None) -> AnyMixer:
         num_heads=heads,
         num_kv_heads=r.int("num_key_value_heads", default=heads, field="num_kv_heads",
                            why="no num_key_value_heads: multi-head attention"),
-        head_dim=r.int("head_dim", default=hidden // heads, field="head_dim",
+        head_dim=r.int("head_dim", "attention_head_dim", default=hidden // heads,
+                       field="head_dim",
                        why="no head_dim: hidden_size / num_attention_heads"),
         sliding_window_tokens=window,
         output_gate=bool(gate))

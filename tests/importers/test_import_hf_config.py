@@ -85,6 +85,38 @@ def test_qwen3_next_hybrid_layers_and_assumptions() -> None:
     assert "drafter.num_modules" in assumed and "blocks.mixer.output_gate" in assumed
 
 
+# nvidia/Nemotron-H-8B-Base-8K's config.json as NVIDIA's Megatron-Bridge quotes it in a test
+# fixture (tests/unit_tests/models/nemotronh/test_nemotron_h_bridge.py,
+# `nemotronh_8b_config_dict`): trimmed there, so not stored as a whole file; the two keys
+# that fixture adds for its mocks (hidden_act, n_routed_experts: None) are left out here.
+NEMOTRON_H_8B = {
+    "architectures": ["NemotronHForCausalLM"], "attention_bias": False,
+    "attention_dropout": 0.0, "attention_head_dim": 128, "bos_token_id": 1,
+    "chunk_size": 128, "conv_kernel": 4, "eos_token_id": 2, "expand": 2,
+    "hidden_dropout": 0.0, "hidden_size": 4096,
+    "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+    "initializer_range": 0.02, "intermediate_size": 21504, "layer_norm_epsilon": 1e-05,
+    "mamba_head_dim": 64, "mamba_hidden_act": "silu", "mamba_num_heads": 128,
+    "mamba_proj_bias": False, "max_position_embeddings": 8192, "mlp_bias": False,
+    "mlp_hidden_act": "relu2", "model_type": "nemotron_h", "n_groups": 8,
+    "num_attention_heads": 32, "num_hidden_layers": 52, "num_key_value_heads": 8,
+    "num_logits_to_keep": 1, "pad_token_id": 0, "rescale_prenorm_residual": True,
+    "residual_in_fp32": False, "rms_norm_eps": 1e-05, "ssm_state_size": 128,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.48.0.dev0", "use_bias": False, "use_cache": True,
+    "use_conv_bias": True, "use_mamba_kernels": True, "vocab_size": 131072,
+}
+
+
+def test_nemotron_h_matches_the_shipped_profile() -> None:
+    imp = architecture_from_hf(NEMOTRON_H_8B, "nemotron-h-8b")
+    want = load_model_architecture("nemotron-h-8b")
+    assert imp.arch.blocks == want.blocks
+    assert model_config_fields(imp.arch)["layer_groups"] == model_config_fields(
+        want)["layer_groups"]
+    assert imp.assumed == ()
+
+
 # ---- layouts no real file here covers: shape-only dicts, not real configs ----------
 
 _BASE = {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
