@@ -142,6 +142,12 @@ class _Importer:
         if args.pipeline_parallel_size > 1:
             raise ConfigError(f"{where}: --pipeline-parallel-size", "pdsim does not model "
                               "pipeline parallelism; use tensor or expert parallelism")
+        heads = self.arch.blocks[0].mixer
+        n_heads = getattr(heads, "num_heads", None) or getattr(heads, "num_value_heads", None)
+        if n_heads and n_heads % args.tensor_parallel_size:
+            raise ConfigError(f"{where}: --tensor-parallel-size", (
+                f"{args.tensor_parallel_size} does not divide the model's {n_heads} heads "
+                f"(vLLM splits them evenly over the GPUs)"))
         st: dict[str, Any] = {"kind": "roofline", "hardware": c.hardware,
                               "tensor_parallel_size": args.tensor_parallel_size}
         if args.enable_expert_parallel:

@@ -120,6 +120,8 @@ D = "vllm serve deepseek-ai/DeepSeek-V3 -tp 8 " + NIXL % "kv_consumer"
     (P + " --max-model-len 4096", D + " --max-model-len 8192",
      r"--decode: --max-model-len: 8192 differs from --prefill's 4096"),
     (P, D + " --kv-cache-dtype int3", r"--decode: --kv-cache-dtype: 'int3'"),
+    (P, D.replace("-tp 8", "-tp 3"),
+     r"--decode: --tensor-parallel-size: 3 does not divide the model's 128 heads"),
     (P, D + " --speculative-config '{\"method\":\"medusa\",\"num_speculative_tokens\":2}'",
      r"method 'medusa'"),
 ])
