@@ -15,7 +15,8 @@ import typer
 
 def _deployment_file(path: Path) -> tuple[dict[str, Any], Path]:
     """A deployment YAML: ``hf_config``, optional ``hardware``, and per role a mapping of
-    ``command``, ``count`` and ``hardware``. Paths in it are relative to its folder."""
+    ``command``, ``count``, ``hardware`` and ``name`` (or a list of them: pools). Paths in it
+    are relative to its folder."""
     from pdsim.errors import InputFileError
     from pdsim.loader import read_yaml
 
@@ -29,30 +30,35 @@ def _deployment_file(path: Path) -> tuple[dict[str, Any], Path]:
 
 
 def _role_commands(data: dict[str, Any], where: str, hardware: str | None) -> list[Any]:
+    """The file's commands: per role a command string, a mapping (command, count,
+    hardware, name) or a list of those (several pools of the role)."""
     from pdsim.errors import ConfigError
     from pdsim.importers.deployment import ROLES, RoleCommand
 
     out = []
     default_hw = hardware or data.get("hardware")
     for role in ROLES:
-        entry = data.get(role)
-        if entry is None:
+        entries = data.get(role)
+        if entries is None:
             continue
-        if isinstance(entry, str):
-            entry = {"command": entry}
-        if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
-            raise ConfigError(f"{where}: {role}", "expected a command string or a mapping "
-                              "with command (and count, hardware)")
-        extra = sorted(set(entry) - {"command", "count", "hardware"})
-        if extra:
-            raise ConfigError(f"{where}: {role}", f"unknown key(s) {', '.join(extra)}")
-        count = entry.get("count", 1)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ConfigError(f"{where}: {role}.count", f"{count!r} must be a whole number "
-                              f">= 1")
-        hw = entry.get("hardware", default_hw)
-        out.append(RoleCommand(role=role, command=entry["command"], count=count,
-                               hardware=str(hw or "h200"), hardware_assumed=hw is None))
+        for i, entry in enumerate(entries if isinstance(entries, list) else [entries]):
+            at = f"{where}: {role}" + (f"[{i}]" if isinstance(entries, list) else "")
+            if isinstance(entry, str):
+                entry = {"command": entry}
+            if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
+                raise ConfigError(at, "expected a command string or a mapping with command "
+                                  "(and count, hardware, name)")
+            extra = sorted(set(entry) - {"command", "count", "hardware", "name"})
+            if extra:
+                raise ConfigError(at, f"unknown key(s) {', '.join(extra)}")
+            count = entry.get("count", 1)
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise ConfigError(f"{at}.count", f"{count!r} must be a whole number >= 1")
+            hw = entry.get("hardware", default_hw)
+            name = entry.get("name")
+            out.append(RoleCommand(role=role, command=entry["command"], count=count,
+                                   hardware=str(hw or "h200"), hardware_assumed=hw is None,
+                                   name=None if name is None else str(name)))
     return out
 
 

@@ -49,6 +49,8 @@ class RoleCommand:
     count: int = 1
     hardware: str = "h200"
     hardware_assumed: bool = True
+    name: str | None = None
+    """Pool name (several pools of one role); None: unnamed."""
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,7 @@ def _check_roles(commands: Sequence[RoleCommand]) -> None:
             raise ConfigError(f"--{c.role}", f"unknown role; expected {', '.join(ROLES)}")
         if c.count < 1:
             raise ConfigError(f"--{c.role}-count", f"{c.count} must be at least 1")
-    dup = sorted({r for r in roles if roles.count(r) > 1})
-    if dup:
-        raise ConfigError(f"--{dup[0]}", "given twice; one command per role (pools of one "
-                          "role with different commands are not imported yet)")
-    if "colocated" in roles and len(roles) > 1:
+    if "colocated" in roles and set(roles) != {"colocated"}:
         raise ConfigError("--colocated", "a deployment is colocated or disaggregated (--prefill "
                           "and --decode), not both")
     if not roles:
@@ -91,6 +89,19 @@ def _check_roles(commands: Sequence[RoleCommand]) -> None:
         missing = "decode" if "prefill" in roles else "prefill"
         raise ConfigError(f"--{missing}", "a disaggregated deployment needs both --prefill "
                           "and --decode commands")
+
+
+def _pool_keys(commands: Sequence[RoleCommand]) -> dict[str, RoleCommand]:
+    """Each command under its pool's key: the role, or ``role[i]`` (i from 0) when the
+    role has several pools."""
+    out: dict[str, RoleCommand] = {}
+    seen: dict[str, int] = {}
+    for c in commands:
+        i = seen.get(c.role, 0)
+        seen[c.role] = i + 1
+        several = sum(x.role == c.role for x in commands) > 1
+        out[f"{c.role}[{i}]" if several else c.role] = c
+    return out
 
 
 def _same_model(parsed: dict[str, ServeArgs]) -> None:
@@ -116,9 +127,9 @@ def _agreed(parsed: dict[str, ServeArgs], attr: str, option: str) -> Any:
 class _Importer:
     """Builds the config for one deployment, recording assumptions as it goes."""
 
-    def __init__(self, commands: Sequence[RoleCommand], model: ImportedModel,
+    def __init__(self, commands: Mapping[str, RoleCommand], model: ImportedModel,
                  profile_file: str) -> None:
-        self.commands = {c.role: c for c in commands}
+        self.commands = dict(commands)
         self.model = model
         self.arch = model.arch
         self.profile_file = profile_file
@@ -224,13 +235,17 @@ class _Importer:
         return g
 
     def build(self, parsed: dict[str, ServeArgs]) -> dict[str, Any]:
+        """The config; ``parsed`` maps each pool's key (its role, or ``role[i]`` when a
+        role has several pools) to its command."""
         _same_model(parsed)
-        for role, args in parsed.items():
-            self.ignored.extend(f"--{role}: {opt}" for opt in args.ignored)
+        for key, args in parsed.items():
+            self.ignored.extend(f"--{key}: {opt}" for opt in args.ignored)
         first = next(iter(parsed.values()))
         slug = profile_name(first.model)
-        counts = {r: self.commands[r].count * a.data_parallel_size for r, a in parsed.items()}
-        suffix = (f"{counts['colocated']}c" if "colocated" in counts
+        roles = {k: self.commands[k].role for k in parsed}
+        counts = {r: sum(self.commands[k].count * a.data_parallel_size
+                         for k, a in parsed.items() if roles[k] == r) for r in ROLES}
+        suffix = (f"{counts['colocated']}c" if counts["colocated"]
                   else f"{counts['prefill']}p{counts['decode']}d")
         model: dict[str, Any] = {"profile": self.profile_file}
         max_len = _agreed(parsed, "max_model_len", "max-model-len")
@@ -248,18 +263,28 @@ class _Importer:
                 self.arch = eagle_head(self.arch, eagle_kind)
                 self.assume(f"model profile drafter: one {eagle_kind} head shaped like a "
                             f"target layer (the draft checkpoint's config is not read)")
-        steps = {role: self.step_time(role, a) for role, a in parsed.items()}
-        main = "colocated" if "colocated" in parsed else "decode"
+        steps = {key: self.step_time(key, a) for key, a in parsed.items()}
+        main = next(k for k in parsed if roles[k] in ("colocated", "decode"))
         cfg["step_time"] = steps[main]
-        cluster: dict[str, Any] = {"mode": "colocated" if main == "colocated"
+        cluster: dict[str, Any] = {"mode": "colocated" if roles[main] == "colocated"
                                    else "disaggregated"}
-        for role, args in parsed.items():
-            cluster[role] = self.group(role, args)
-            if role != main and steps[role] != steps[main]:
-                # per-group step time (InstanceGroupConfig.step_time, the groups branch)
-                cluster[role]["step_time"] = {**steps[role], "model": self.profile_file}
+        for role in ROLES:
+            keys = [k for k in parsed if roles[k] == role]
+            groups = []
+            for key in keys:
+                g = self.group(key, parsed[key])
+                name = self.commands[key].name
+                if name is not None:
+                    g = {"name": name, **g}
+                if key != main and steps[key] != steps[main]:
+                    # per-group step time (InstanceGroupConfig.step_time, the groups branch)
+                    g["step_time"] = {**steps[key], "model": self.profile_file}
+                groups.append(g)
+            if groups:
+                # several pools of one role: a list of groups (the groups branch)
+                cluster[role] = groups[0] if len(groups) == 1 else groups
         cfg["cluster"] = cluster
-        connector = connector_settings(parsed, self.assume, self.ignored)
+        connector = connector_settings(parsed, roles, self.assume, self.ignored)
         if connector:
             cfg["connector"] = connector
         return cfg
@@ -292,21 +317,24 @@ def _validate(cfg: dict[str, Any], arch: ModelArchitecture, profile_file: str) -
 
 def import_deployment(commands: Sequence[RoleCommand], hf_config: Mapping[str, Any],
                       hf_source: str = "config.json",
-                      profile_file: str | None = None) -> ImportResult:
+                      profile_file: str | None = None, check: bool = True) -> ImportResult:
     """Import ``commands`` (one per role) serving the model ``hf_config`` describes.
 
     ``profile_file`` is the file name the config gives for the model profile (default
     ``<model>.model.yaml``, next to the config). Raises ``ConfigError`` naming the command
-    and option for anything that cannot be imported."""
+    and option for anything that cannot be imported. ``check``: load the config before
+    returning it (off only to inspect one this pdsim cannot load)."""
     _check_roles(commands)
-    parsed = {c.role: parse_serve_command(c.command, f"--{c.role}") for c in commands}
+    keyed = _pool_keys(commands)
+    parsed = {k: parse_serve_command(c.command, f"--{k}") for k, c in keyed.items()}
     first = next(iter(parsed.values()))
     name = profile_name(first.model)
     model = architecture_from_hf(hf_config, name, hf_source)
     file = profile_file or f"{name}.model.yaml"
-    imp = _Importer(commands, model, file)
+    imp = _Importer(keyed, model, file)
     cfg = imp.build(parsed)
-    _validate(cfg, imp.arch, file)
+    if check:
+        _validate(cfg, imp.arch, file)
     return ImportResult(config=cfg, profile=imp.arch, profile_file=file,
                         assumed=tuple(imp.assumed), ignored=tuple(imp.ignored),
                         commands=tuple(commands))

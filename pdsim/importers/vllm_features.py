@@ -167,19 +167,22 @@ def eagle_head(arch: ModelArchitecture, kind: str) -> ModelArchitecture:
     return arch.model_copy(update={"drafter": drafter, "estimated": estimated})
 
 
-def connector_settings(parsed: Mapping[str, ServeArgs], assume: Assume,
-                       ignored: list[str]) -> dict[str, Any]:
-    """pdsim's ``connector`` section from the roles' ``--kv-transfer-config``."""
-    if "colocated" in parsed:
-        if parsed["colocated"].kv_transfer_config is not None:
-            ignored.append("--colocated: --kv-transfer-config (no P->D transfer when "
-                           "colocated)")
+def connector_settings(parsed: Mapping[str, ServeArgs], roles: Mapping[str, str],
+                       assume: Assume, ignored: list[str]) -> dict[str, Any]:
+    """pdsim's ``connector`` section from the pools' ``--kv-transfer-config``; ``roles``
+    maps each pool's key to its role."""
+    if all(r == "colocated" for r in roles.values()):
+        for key, args in parsed.items():
+            if args.kv_transfer_config is not None:
+                ignored.append(f"--{key}: --kv-transfer-config (no P->D transfer when "
+                               f"colocated)")
         return {}
     allowed = {"prefill": ("kv_producer", "kv_both"), "decode": ("kv_consumer", "kv_both")}
-    names = {}
-    for role in ("prefill", "decode"):
-        where = f"--{role}: --kv-transfer-config"
-        kv = parsed[role].kv_transfer_config
+    names: dict[str, str] = {}
+    for key, args in parsed.items():
+        role = roles[key]
+        where = f"--{key}: --kv-transfer-config"
+        kv = args.kv_transfer_config
         if kv is None:
             raise ConfigError(where, "missing: a disaggregated instance needs a KV connector "
                               "(e.g. '{\"kv_connector\":\"NixlConnector\",\"kv_role\":"
@@ -192,24 +195,32 @@ def connector_settings(parsed: Mapping[str, ServeArgs], assume: Assume,
         if role_kv not in allowed[role]:
             raise ConfigError(where, f"kv_role {role_kv!r} on a {role} instance; expected "
                               f"{' or '.join(allowed[role])}")
-        names[role] = name
-    if names["prefill"] != names["decode"]:
-        raise ConfigError("--decode: --kv-transfer-config", f"kv_connector "
-                          f"{names['decode']} differs from --prefill's {names['prefill']}")
-    if names["decode"] != "NixlConnector":
-        assume(f"connector: {names['decode']} modelled as pdsim's NIXL-like connector")
-    decode_kv = parsed["decode"].kv_transfer_config or {}
-    out: dict[str, Any] = {}
-    policy = decode_kv.get("kv_load_failure_policy")
+        first = next(iter(names.items()), None)
+        if first is not None and first[1] != name:
+            raise ConfigError(where, f"kv_connector {name} differs from --{first[0]}'s "
+                              f"{first[1]}")
+        names[key] = str(name)
+    connector = next(iter(names.values()))
+    if connector != "NixlConnector":
+        assume(f"connector: {connector} modelled as pdsim's NIXL-like connector")
+    decode = {k: parsed[k].kv_transfer_config or {} for k in parsed if roles[k] == "decode"}
+    policies = {k: kv.get("kv_load_failure_policy") for k, kv in decode.items()}
+    given = {k: v for k, v in policies.items() if v is not None}
+    if len(set(given.values())) > 1:
+        keys = list(given)
+        raise ConfigError(f"--{keys[1]}: --kv-transfer-config", f"kv_load_failure_policy "
+                          f"{given[keys[1]]!r} differs from --{keys[0]}'s {given[keys[0]]!r}")
+    policy = next(iter(given.values()), None)
     if policy is None:
         policy = "fail"
         assume("connector.kv_load_failure_policy: fail (vLLM's default, NixlConnector "
                "usage guide)")
     if policy not in ("fail", "recompute"):
-        raise ConfigError("--decode: --kv-transfer-config", f"kv_load_failure_policy "
-                          f"{policy!r}: expected fail or recompute")
-    out["kv_load_failure_policy"] = policy
-    extra = (parsed["prefill"].kv_transfer_config or {}).get("kv_connector_extra_config")
+        raise ConfigError(f"--{next(iter(given))}: --kv-transfer-config",
+                          f"kv_load_failure_policy {policy!r}: expected fail or recompute")
+    out: dict[str, Any] = {"kv_load_failure_policy": policy}
+    prefill = [parsed[k].kv_transfer_config or {} for k in parsed if roles[k] == "prefill"]
+    extra = prefill[0].get("kv_connector_extra_config") if prefill else None
     lease = extra.get("kv_lease_duration") if isinstance(extra, dict) else None
     if lease is not None:
         out["kv_lease_s"] = float(lease)

@@ -23,6 +23,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 DEPLOYMENTS = DATA / "vllm_deployments"
 TINY = ["workload.num_requests=12"]
 HETEROGENEOUS = "deepseek-v3-tp8p-dp8ep-d.yaml"
+POOLS = "llama-3.1-8b-2-decode-pools.yaml"
+NEEDS_GROUPS = pytest.mark.xfail(strict=False, reason="needs per-group step_time (groups branch)")
 
 
 def _import_cli(deployment: Path, out: Path, *extra: str) -> Any:
@@ -38,9 +40,7 @@ def _run(out: Path) -> Any:
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(p.name, marks=pytest.mark.xfail(
-        strict=False, reason="needs per-group step_time (groups branch)"))
-    if p.name == HETEROGENEOUS else p.name
+    pytest.param(p.name, marks=NEEDS_GROUPS) if p.name in (HETEROGENEOUS, POOLS) else p.name
     for p in sorted(DEPLOYMENTS.glob("*.yaml"))])
 def test_each_deployment_imports_and_runs(name: str, tmp_path: Path) -> None:
     res = _import_cli(DEPLOYMENTS / name, tmp_path)
@@ -71,7 +71,7 @@ def test_dp_and_ep_become_instances_and_expert_parallelism(tmp_path: Path) -> No
     assert (cfg.step_time.tensor_parallel_size, cfg.step_time.expert_parallel_size) == (1, 8)
 
 
-@pytest.mark.xfail(strict=False, reason="needs per-group step_time (groups branch)")
+@NEEDS_GROUPS
 def test_heterogeneous_p_and_d_get_their_own_step_times(tmp_path: Path) -> None:
     assert _import_cli(DEPLOYMENTS / HETEROGENEOUS, tmp_path).exit_code == 0
     written = yaml.safe_load((tmp_path / "config.yaml").read_text(encoding="utf-8"))
@@ -79,6 +79,22 @@ def test_heterogeneous_p_and_d_get_their_own_step_times(tmp_path: Path) -> None:
     assert written["step_time"]["expert_parallel_size"] == 8
     assert written["cluster"]["decode"]["count"] == 8
     _run(tmp_path)
+
+
+def test_pools_of_one_role_become_a_list_of_named_groups() -> None:
+    from pdsim.commands.import_vllm import _deployment_file, _role_commands
+
+    data, base = _deployment_file(DEPLOYMENTS / POOLS)
+    commands = _role_commands(data, POOLS, None)
+    res = import_deployment(commands, read_hf_config(base / data["hf_config"]),
+                            check=False)  # lists of groups load once the groups branch lands
+    decode = res.config["cluster"]["decode"]
+    assert [g["name"] for g in decode] == ["d-h100", "d-h200"]
+    assert [g["count"] for g in decode] == [2, 1]
+    assert "step_time" not in decode[0]  # the first decode pool's is the root step time
+    assert decode[1]["step_time"]["hardware"] == "h200"
+    assert res.config["step_time"]["hardware"] == "h100-sxm"
+    assert res.config["name"].endswith("-1p3d")
 
 
 def test_the_written_files_load_from_any_folder(tmp_path: Path,
