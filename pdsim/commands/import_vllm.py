@@ -66,12 +66,15 @@ def register(app: typer.Typer) -> None:
     """Add ``pdsim import-vllm`` to ``app``."""
     from pdsim.commands._shared import console, err_console, user_errors
 
-    Count = Annotated[int, typer.Option(min=1, help="Instances running that command.")]
+    Count = Annotated[int, typer.Option(
+        min=1, metavar="N",
+        help="Instances started by that command (each --data-parallel-size engines).")]
 
     @app.command("import-vllm")
     @user_errors
     def import_vllm(
         out: Annotated[Path, typer.Option(
+            metavar="DIR",
             help="Folder to write config.yaml and the model profile (<model>.model.yaml) "
                  "into.")],
         hf_config: Annotated[Path | None, typer.Option(
