@@ -81,15 +81,17 @@ class LayerGroup(StrictModel):
 class ModelConfig(StrictModel):
     """The served model, as far as KV layout and drafting are concerned.
 
-    ``profile`` names a shipped model profile (``pdsim profile`` lists them); the loader
-    fills every field the YAML leaves out from that profile's architecture.
+    ``profile`` names a shipped model profile (``pdsim profile`` lists them) or a profile
+    file (``*.yaml``, relative to the config file); the loader fills every field the YAML
+    leaves out from that profile's architecture.
     """
 
     name: str = "custom"
     """Model name, for reports."""
     profile: str | None = None
-    """A shipped model profile (`pdsim profile` lists them); the loader fills every field left
-    out from it."""
+    """A shipped model profile (`pdsim profile` lists them) or a model profile file (a path
+    ending in .yaml, relative to the config file); the loader fills every field left out from
+    it."""
     layer_groups: tuple[LayerGroup, ...] = (
         LayerGroup(num_layers=61, kv_bytes_per_token_per_layer=1152),
     )

@@ -271,6 +271,40 @@ def _pools_with_profile(cluster: Any, profile: str) -> Any:
     return out
 
 
+def _step_time_sections(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The root step_time and every instance group's own (a group or a list of groups)."""
+    out = [data.get("step_time")]
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict):
+        for role in ("prefill", "decode", "colocated"):
+            groups = cluster.get(role)
+            for g in groups if isinstance(groups, list) else [groups]:
+                if isinstance(g, dict):
+                    out.append(g.get("step_time"))
+    return [s for s in out if isinstance(s, dict)]
+
+
+def resolve_profile_files(data: Mapping[str, Any], base_dir: Path) -> dict[str, Any]:
+    """A copy of ``data`` with every relative model profile file (``model.profile`` and each
+    roofline ``step_time.model`` that is a path ending in .yaml) made absolute against
+    ``base_dir``, the folder of the config file that names it."""
+    from pdsim.perf.profiles import is_profile_file
+
+    def absolute(value: Any) -> Any:
+        if is_profile_file(value) and not Path(value).is_absolute():
+            return str((base_dir / value).resolve())
+        return value
+
+    out: dict[str, Any] = copy.deepcopy(dict(data))
+    model = out.get("model")
+    if isinstance(model, dict) and "profile" in model:
+        model["profile"] = absolute(model["profile"])
+    for st in _step_time_sections(out):
+        if "model" in st:
+            st["model"] = absolute(st["model"])
+    return out
+
+
 def config_from_dict(data: Mapping[str, Any]) -> SimConfig:
     """Validate a plain mapping (YAML-shaped) into a ``SimConfig``."""
     data = expand_profiles(data)
@@ -290,6 +324,9 @@ def load_config(source: str | Path | Mapping[str, Any],
                 overrides: Iterable[str] = (), seed: int | None = None) -> SimConfig:
     """Load a config from a YAML path (or a mapping), apply overrides, validate it.
 
+    Model profile files a file names are read from its folder (from the working directory
+    for a mapping).
+
     Raises ``ConfigError`` or ``InputFileError``; never another exception for bad input.
     """
     if isinstance(source, Mapping):
@@ -303,6 +340,8 @@ def load_config(source: str | Path | Mapping[str, Any],
     else:
         data = read_yaml(source)
     data = apply_overrides(data, overrides)
+    if not isinstance(source, Mapping):
+        data = resolve_profile_files(data, Path(source).parent)
     if seed is not None:
         data["seed"] = seed
     return config_from_dict(data)

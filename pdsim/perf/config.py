@@ -113,7 +113,17 @@ def _hardware_kernels(hardware: object) -> tuple[KernelFit, str] | None:
 
 def _check_profile_name(value: object, kind: str, shipped: Sequence[str],
                         inline: str) -> None:
-    """A profile named by a string must be a shipped one."""
+    """A profile named by a string must be a shipped one or (models) a profile file."""
+    from pdsim.errors import ConfigError
+    from pdsim.perf.profiles import check_profile_file, is_profile_file
+
+    if kind == "model" and is_profile_file(value):
+        assert isinstance(value, str)
+        try:
+            check_profile_file(value, "")
+        except ConfigError as exc:
+            raise ValueError(exc.message) from None
+        return
     if isinstance(value, str) and value not in shipped:
         raise ValueError(f"unknown {kind} profile {value!r}; shipped: "
                          f"{', '.join(shipped)} (or give {inline} inline)")
@@ -151,7 +161,8 @@ class RooflineStepTimeConfig(StrictModel):
     """Selects this variant: Step time from a model profile and a hardware profile (a roofline
     per operator group)."""
     model: str | ModelArchitecture
-    """A shipped model profile name or an inline architecture; defaults to model.profile."""
+    """A shipped model profile name, a model profile file (a path ending in .yaml, relative to
+    the config file) or an inline architecture; defaults to model.profile."""
     hardware: str | HardwareSpec
     """A shipped hardware profile name (e.g. h200) or an inline spec."""
     tensor_parallel_size: PositiveInt = 1

@@ -1,7 +1,8 @@
 """Shipped hardware and model profiles (package data) and what the root config needs.
 
 Profiles live in ``pdsim/data/hardware/<name>.yaml`` and ``pdsim/data/models/<name>.yaml``.
-A config names one (``hardware: h100-sxm``) or gives the spec inline as a mapping; both
+A config names one (``hardware: h100-sxm``), gives a model profile file (a path ending in
+``.yaml``, e.g. one ``pdsim import-vllm`` wrote) or gives the spec inline as a mapping; all
 load through ``load_hardware`` / ``load_model_architecture``. ``model_config_fields``
 turns an architecture into the fields of pdsim's ``ModelConfig`` (KV layout and drafter),
 so ``model: {profile: deepseek-v3}`` needs nothing else.
@@ -13,12 +14,13 @@ import json
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pdsim.errors import ConfigError
+from pdsim.errors import ConfigError, read_text_file
 from pdsim.perf.architecture import (
     AttentionMixer,
     DType,
@@ -84,11 +86,47 @@ def _load_named(kind: str, name: str) -> Any:
     return _validate(cls, data, f"pdsim/data/{kind}/{name}.yaml")
 
 
+PROFILE_FILE_SUFFIXES = (".yaml", ".yml")
+
+
+def is_profile_file(value: object) -> bool:
+    """A profile given as a file (a path ending in .yaml or .yml), not a shipped name."""
+    return isinstance(value, str) and value.endswith(PROFILE_FILE_SUFFIXES)
+
+
+def check_profile_file(value: str, path: str) -> None:
+    """Raise ``ConfigError`` at ``path`` unless ``value`` names a readable file."""
+    if not Path(value).is_file():
+        raise ConfigError(path, f"no model profile file {value!r} (a relative path is "
+                                f"read from the config file's folder)")
+
+
+@lru_cache(maxsize=32)
+def _load_file(kind: str, file: str, mtime_ns: int, size: int) -> Any:
+    # keyed by modification time and size: an edited file is read again
+    text = read_text_file(file, "a model profile (YAML)")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(file, f"YAML error: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(file, "a model profile must be a YAML mapping")
+    cls: type[BaseModel] = HardwareSpec if kind == "hardware" else ModelArchitecture
+    return _validate(cls, data, file)
+
+
 def _resolve(kind: str, cls: type[_M], value: str | _M | Mapping[str, Any],
              path: str) -> _M:
-    """A shipped profile of ``kind`` by name, the given model, or a mapping validated."""
+    """A shipped profile of ``kind`` by name, a profile file, the given model, or a
+    mapping validated."""
     if isinstance(value, cls):
         return value
+    if is_profile_file(value):
+        assert isinstance(value, str)
+        check_profile_file(value, path)
+        st = Path(value).stat()
+        loaded: _M = _load_file(kind, str(Path(value).resolve()), st.st_mtime_ns, st.st_size)
+        return loaded
     if isinstance(value, str):
         _check_name(kind, value, path)
         named: _M = _load_named(kind, value)
@@ -108,7 +146,9 @@ def load_hardware(name_or_spec: str | HardwareSpec | Mapping[str, Any],
 
 def load_model_architecture(name_or_arch: str | ModelArchitecture | Mapping[str, Any],
                             path: str = "step_time.model") -> ModelArchitecture:
-    """A model profile by shipped name, or the given architecture (a mapping is validated).
+    """A model profile by shipped name, from a profile file (a path ending in .yaml or
+    .yml, relative to the working directory), or the given architecture (a mapping is
+    validated).
 
     Raises ``ConfigError`` naming the shipped profiles when the name is unknown.
     """

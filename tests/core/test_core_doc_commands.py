@@ -1,9 +1,9 @@
 """Every shell block (bash, sh, console) in the README and docs runs as written: each
 `pdsim` command of a block, in order, in a scratch folder that sees the repository's
-configs and examples, exits as the block says (0 unless a ``# exit code N`` comment
-follows it). A block whose first line is ``# template`` needs the reader's own files or
-services and is only parsed. Not run here: the README's first block (the install and test
-commands `.ci/run` itself runs) and docs/calibration.md, whose blocks
+configs, examples and tests (tests/data), exits as the block says (0 unless a
+``# exit code N`` comment follows it). A block whose first line is ``# template`` needs the
+reader's own files or services and is only parsed. Not run here: the README's first block
+(the install and test commands `.ci/run` itself runs) and docs/calibration.md, whose blocks
 ``tests/calibration/test_calibration_docs.py`` runs and compares output for."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_every_block_is_found_and_templates_are_few() -> None:
                          [b[:3] for b in RUNNABLE], ids=[b[0] for b in RUNNABLE])
 def test_shell_block_runs_as_written(where: str, lang: str, commands: list[str],
                                      tmp_path: Path) -> None:
-    for name in ("configs", "examples"):
+    for name in ("configs", "examples", "tests"):  # tests/data: import-vllm's examples
         (tmp_path / name).symlink_to(ROOT / name)
     for command in commands:
         expected = re.search(r"#\s*exit code (\d+)", command)
