@@ -24,7 +24,6 @@ DEPLOYMENTS = DATA / "vllm_deployments"
 TINY = ["workload.num_requests=12"]
 HETEROGENEOUS = "deepseek-v3-tp8p-dp8ep-d.yaml"
 POOLS = "llama-3.1-8b-2-decode-pools.yaml"
-NEEDS_GROUPS = pytest.mark.xfail(strict=False, reason="needs per-group step_time (groups branch)")
 
 
 def _import_cli(deployment: Path, out: Path, *extra: str) -> Any:
@@ -39,9 +38,7 @@ def _run(out: Path) -> Any:
     return cfg
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(p.name, marks=NEEDS_GROUPS) if p.name in (HETEROGENEOUS, POOLS) else p.name
-    for p in sorted(DEPLOYMENTS.glob("*.yaml"))])
+@pytest.mark.parametrize("name", [p.name for p in sorted(DEPLOYMENTS.glob("*.yaml"))])
 def test_each_deployment_imports_and_runs(name: str, tmp_path: Path) -> None:
     res = _import_cli(DEPLOYMENTS / name, tmp_path)
     assert res.exit_code == 0, res.output
@@ -71,7 +68,6 @@ def test_dp_and_ep_become_instances_and_expert_parallelism(tmp_path: Path) -> No
     assert (cfg.step_time.tensor_parallel_size, cfg.step_time.expert_parallel_size) == (1, 8)
 
 
-@NEEDS_GROUPS
 def test_heterogeneous_p_and_d_get_their_own_step_times(tmp_path: Path) -> None:
     assert _import_cli(DEPLOYMENTS / HETEROGENEOUS, tmp_path).exit_code == 0
     written = yaml.safe_load((tmp_path / "config.yaml").read_text(encoding="utf-8"))
