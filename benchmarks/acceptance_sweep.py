@@ -32,7 +32,7 @@ from typing import Any
 
 from _bench import CACHE, RESULTS, ROOT, provenance
 
-from pdsim.config import SimConfig
+from pdsim.config import Role, SimConfig
 from pdsim.loader import load_config
 from pdsim.output import write_atomic
 from pdsim.sweep import expand_points, parse_values, run_sweep
@@ -53,8 +53,9 @@ def mtp_configs() -> list[Path]:
 
 def variant_points(cfg: SimConfig) -> list[dict[str, Any]]:
     """The three variants as sweep points (``name`` carries the variant label)."""
-    co = cfg.cluster.decode.model_dump(mode="json")
-    co["count"] = cfg.cluster.prefill.count + cfg.cluster.decode.count
+    c = cfg.cluster
+    co = c.single(Role.DECODE, "the colocated variant").model_dump(mode="json")
+    co["count"] = c.count(Role.PREFILL) + c.count(Role.DECODE)
     return [
         {"name": "pd_before_fix", "connector.prefill_backoff": "off"},
         {"name": "pd_after_fix", "connector.prefill_backoff": "auto"},

@@ -12,6 +12,7 @@ import argparse
 
 import pdsim
 from pdsim.compare import variant
+from pdsim.config import Role
 
 RULES = {
     "unverified_draft_slots": "P's unverified draft slots reach D (PR #55055)",
@@ -34,9 +35,9 @@ def main() -> None:
                  variant(before, **{f"speculative__stale_kv__{r}": False for r in RULES})))
     runs.append(("after the fix (backoff N-1)",
                  variant(base, connector__prefill_backoff="auto")))
-    count = base.cluster.prefill.count + base.cluster.decode.count
-    co = base.cluster.decode.model_dump(mode="json")
-    co["count"] = count
+    c = base.cluster
+    co = c.single(Role.DECODE, "the colocated run").model_dump(mode="json")
+    co["count"] = c.count(Role.PREFILL) + c.count(Role.DECODE)
     runs.append(("colocated (standalone)",
                  variant(base, cluster__mode="colocated", cluster__colocated=co)))
     print("| run | acceptance length | acceptance rate (%) |")
