@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rel_support import SMALL, examples
 
@@ -153,17 +153,16 @@ def _as_key(key: Any) -> str:
 
 
 def _resolves(data: Any, path: list[str]) -> bool:
-    node = data
-    for p in path:
-        if isinstance(node, dict) and p in node:
-            node = node[p]
-        elif isinstance(node, dict) and any(_as_key(k) == p for k in node):
-            node = next(v for k, v in node.items() if _as_key(k) == p)
-        elif isinstance(node, list) and p.isdigit() and int(p) < len(node):
-            node = node[int(p)]
-        else:
-            return False
-    return True
+    """Whether ``path`` names a node of ``data``; a part may match several keys that print
+    alike (``0`` and ``'0'``), so every such branch is tried."""
+    if not path:
+        return True
+    p, rest = path[0], path[1:]
+    if isinstance(data, dict):
+        return any(_resolves(v, rest) for k, v in data.items() if k == p or _as_key(k) == p)
+    if isinstance(data, list) and p.isdigit() and int(p) < len(data):
+        return _resolves(data[int(p)], rest)
+    return False
 
 
 def split_dotted(path: str) -> list[str]:
@@ -210,6 +209,7 @@ FUZZ = settings(max_examples=examples(150), deadline=None,
 
 @FUZZ
 @given(st.dictionaries(keys, trees(), max_size=6))
+@example({"0": None, 0: {"attention": float("inf")}})  # two keys that print alike
 def test_random_trees(data: dict[Any, Any]) -> None:
     load_or_error(data)
 
