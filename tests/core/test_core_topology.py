@@ -347,3 +347,21 @@ def test_engine_invariants_hold_on_a_topology_with_every_fault(mode: str) -> Non
     s = res.summary
     assert s["completed"] + s["failed"] + s["rejected"] == s["num_requests"]
     assert s["faults"]["kv_transfer_timeouts"] > 0  # the degraded node made some time out
+
+
+def test_shipped_heterogeneous_deployment_splits_transfers_by_its_pools_tp() -> None:
+    """configs/hetero_pd.yaml end to end: P (TP8) feeds D pools at TP4 over the stated
+    topology, so a transfer is 8 flows of an eighth of the bytes, from node 0 to the node
+    the D instance was packed on (D0, D1 on node 1; D2 on node 2)."""
+    cfg = load_config("configs/hetero_pd.yaml", ["workload.num_requests=20"])
+    sim = Simulation(cfg)
+    net = sim.network
+    assert isinstance(net, TopologyNetwork)
+    p = sim.by_name["P0"]
+    for d_name, node in (("D0", 1), ("D1", 1), ("D2", 2)):
+        flows = net.flows_of(0, p, sim.by_name[d_name], 8_000_000_000)
+        assert [nbytes for _, nbytes, _ in flows] == [1e9] * 8
+        assert {ports[0].name.split("/")[0] for ports, _, _ in flows} == {"node0"}
+        assert {ports[1].name.split("/")[0] for ports, _, _ in flows} == {f"node{node}"}
+    res = sim.run()
+    assert res.summary.completed == 20
