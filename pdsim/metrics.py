@@ -237,11 +237,13 @@ def _instances(instances: list[InstanceFacts]) -> dict[str, InstanceSummary]:
                   default=0.0)
     per_inst = {}
     for f in instances:
-        log = f.step_log
-        kv = (time_weighted_mean(log[:, 0], log[:, 1], log[:, 4] / f.num_blocks, horizon)
-              if len(log) else 0.0)
-        running = time_weighted_mean(log[:, 0], log[:, 1], log[:, 5], horizon) if len(log) \
-            else 0.0
+        steps = f.steps
+        kv = running = 0.0
+        if len(steps):
+            start, end = steps.start_s(), steps.end_s
+            kv = time_weighted_mean(start, end, steps.column("kv_used_blocks") / f.num_blocks,
+                                    horizon)
+            running = time_weighted_mean(start, end, steps.column("running"), horizon)
         per_inst[f.name] = InstanceSummary(
             role=f.role, steps=len(f.step_end_s),
             busy_fraction=f.busy_s / horizon if horizon > 0 else 0.0,
