@@ -133,6 +133,16 @@ class Results:
                 f"acceptance length {s.spec_decode.acceptance_length:.3f})")
 
 
+def summary_only(config: SimConfig) -> SimConfig:
+    """``config`` for a run whose step log nothing will read (only its summary and
+    records): per-step aggregates kept, unless the config chose (``engine.record_steps``
+    other than ``auto``)."""
+    if config.engine.record_steps != "auto":
+        return config
+    return config.model_copy(update={
+        "engine": config.engine.model_copy(update={"record_steps": "aggregates"})})
+
+
 def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
     """Collect the facts of a finished (or interrupted) simulation from its requests and
     its instances' ``snapshots`` (read only)."""
