@@ -40,8 +40,8 @@ EDGES = np.array([0.0, 0.5, 1.0])
 
 def facts(name: str = "D0", role: str = "decode", log: np.ndarray = STEPS) -> InstanceFacts:
     return InstanceFacts(name=name, role=role, num_blocks=100,
-                         steps=StepColumns.from_matrix(log), busy_s=float((log[:, 1] - log[:, 0]).sum()),
-                         preemptions=0)
+                         steps=StepColumns.from_matrix(log),
+                         busy_s=float((log[:, 1] - log[:, 0]).sum()), preemptions=0)
 
 
 def test_step_series_integral_by_hand() -> None:

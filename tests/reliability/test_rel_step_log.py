@@ -45,8 +45,8 @@ def step_rows(draw: st.DrawFn) -> list[np.ndarray]:
             rows[j, 0] = t
             t += draw(st.floats(1e-9, 1.0))
             rows[j, 1] = t
-        rows[:, 2:] = draw(st.lists(st.integers(0, 2**31 - 1), min_size=6 * m,
-                                    max_size=6 * m).map(lambda v: np.reshape(v, (m, 6))))
+        counts = draw(st.lists(st.integers(0, 2**31 - 1), min_size=6 * m, max_size=6 * m))
+        rows[:, 2:] = np.reshape(counts, (m, 6))
         blocks.append(rows)
     return blocks
 
