@@ -49,20 +49,18 @@ def _column(records: Sequence[dict[str, Any]], key: str) -> Any:
     return [r[key] for r in records]
 
 
-def _stats(values: np.ndarray, weights: np.ndarray | None = None) -> LatencyStats:
-    """Mean, std and ``PERCENTILES`` of ``values`` (NaNs dropped), or of a weighted sample
-    (``weights`` are multiplicities; the lower weighted percentile); all NaN when empty."""
-    v = values[~np.isnan(values)] if weights is None else values
-    if weights is not None and len(v):
-        order = np.argsort(v, kind="stable")
-        v, w = v[order], weights[order].astype(np.float64)
-        keep = w > 0
-        v, w = v[keep], w[keep]
+def _stats(values: np.ndarray) -> LatencyStats:
+    """Mean, std and ``PERCENTILES`` of ``values`` (NaNs dropped); all NaN when empty."""
+    v = values[~np.isnan(values)]
     if not len(v):
         return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
-    if weights is None:
-        return LatencyStats(float(np.mean(v)), float(np.std(v)),
-                            *(float(np.percentile(v, p)) for p in PERCENTILES))
+    return LatencyStats(float(np.mean(v)), float(np.std(v)),
+                        *(float(np.percentile(v, p)) for p in PERCENTILES))
+
+
+def _weighted_sorted_stats(v: np.ndarray, w: np.ndarray) -> LatencyStats:
+    """Mean, std and the lower weighted ``PERCENTILES`` of sorted values ``v`` with
+    positive weights ``w`` (doubles)."""
     total = w.sum()
     mean = float((v * w).sum() / total)
     std = float(math.sqrt(max(0.0, (w * (v - mean) ** 2).sum() / total)))
@@ -75,7 +73,9 @@ def _stats(values: np.ndarray, weights: np.ndarray | None = None) -> LatencyStat
 
 def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """All inter-chunk gaps as (gap values, multiplicities), without per-chunk lists.
+    """The inter-chunk gaps as (gap values, multiplicities), without per-chunk lists: each
+    instance's step gaps that some request saw (positive multiplicity), in instance and
+    step order, then the gaps across a preemption.
 
     Within a segment a request emits a chunk every step, so step k's gap counts once for
     each segment containing both k-1 and k; gaps across a preemption are added singly.
@@ -93,19 +93,34 @@ def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[li
                 extra.append(t0 - prev_end)
             prev_end = instances[i].step_end_s[b]
     vals, wts = [], []
-    for f, c in zip(instances, counts, strict=True):
+    for k, f in enumerate(instances):
+        c, counts[k] = counts[k], np.empty(0, dtype=np.int64)  # freed as it goes
         if len(f.step_end_s) < 2:
             continue
-        mult = np.cumsum(c)[1:len(f.step_end_s)]
-        gaps = np.diff(f.step_end_s)
-        vals.append(gaps)
-        wts.append(mult)
+        mult = np.cumsum(c, out=c)[1:len(f.step_end_s)]
+        seen = np.flatnonzero(mult)
+        vals.append(np.diff(f.step_end_s)[seen])
+        wts.append(mult[seen])
     if extra:
         vals.append(np.asarray(extra))
         wts.append(np.ones(len(extra), dtype=np.int64))
     if not vals:
         return np.empty(0), np.empty(0, dtype=np.int64)
     return np.concatenate(vals), np.concatenate(wts)
+
+
+def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
+              ) -> LatencyStats:
+    """ITL statistics: ``_stats`` of the weighted gaps of ``itl_distribution``, computed
+    with one copy of them alive at a time (a light-load run has millions of steps)."""
+    v, w = itl_distribution(instances, segments)
+    if not len(v):
+        return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
+    order = np.argsort(v, kind="stable")
+    v = v[order]
+    w = w[order].astype(np.float64)
+    del order
+    return _weighted_sorted_stats(v, w)
 
 
 def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: np.ndarray,
@@ -144,7 +159,7 @@ def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
     out_tok = float(col["output_tokens"][finished].sum()) if n else 0.0
     in_tok = float(col["prompt_tokens"][finished].sum()) if n else 0.0
     empty = np.empty(0)
-    gaps, mult = itl_distribution(instances, segments)
+    itl = itl_stats(instances, segments)
 
     kt = col["kv_transfer_s"] if n else empty
     kt = kt[~np.isnan(kt)]
@@ -164,7 +179,7 @@ def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
         ttft=_stats(col["ttft_s"][finished] if n else empty),
         tpot=_stats(col["tpot_s"][finished] if n else empty),
         e2e=_stats(col["e2e_s"][finished] if n else empty),
-        itl=_stats(gaps, mult),
+        itl=itl,
         spec_decode=_spec_decode(records, col, config),
         kv_bytes_transferred=int(col["kv_bytes_transferred"].sum()) if n else 0,
         kv_transfer_time_s=float(kt.sum()) if len(kt) else 0.0,
