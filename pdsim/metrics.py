@@ -58,29 +58,20 @@ def _stats(values: np.ndarray) -> LatencyStats:
                         *(float(np.percentile(v, p)) for p in PERCENTILES))
 
 
-def _weighted_sorted_stats(v: np.ndarray, w: np.ndarray) -> LatencyStats:
-    """Mean, std and the lower weighted ``PERCENTILES`` of sorted values ``v`` with
-    positive weights ``w`` (doubles)."""
-    total = w.sum()
-    mean = float((v * w).sum() / total)
-    std = float(math.sqrt(max(0.0, (w * (v - mean) ** 2).sum() / total)))
-    cum = np.cumsum(w)
-    # the lower weighted percentile (the value at or above p% of the mass)
-    pcts = [float(v[min(int(np.searchsorted(cum, p / 100.0 * total, side="left")), len(v) - 1)])
-            for p in PERCENTILES]
-    return LatencyStats(mean, std, *pcts)
+# steps whose gaps are taken at a time (bounds the temporary arrays at any run length)
+_GAP_BLOCK_STEPS = 1 << 20
 
 
 def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
                      ) -> tuple[np.ndarray, np.ndarray]:
     """The inter-chunk gaps as (gap values, multiplicities), without per-chunk lists: each
-    instance's step gaps that some request saw (positive multiplicity), in instance and
-    step order, then the gaps across a preemption.
+    instance's step gaps that some request saw (a positive multiplicity, int32), in
+    instance and step order, then the gaps across a preemption.
 
     Within a segment a request emits a chunk every step, so step k's gap counts once for
     each segment containing both k-1 and k; gaps across a preemption are added singly.
     """
-    counts = [np.zeros(len(f.step_end_s) + 1, dtype=np.int64) for f in instances]
+    counts = [np.zeros(len(f.step_end_s) + 1, dtype=np.int32) for f in instances]
     extra: list[float] = []
     for segs in segments.values():
         prev_end = None
@@ -92,35 +83,50 @@ def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[li
             if prev_end is not None:
                 extra.append(t0 - prev_end)
             prev_end = instances[i].step_end_s[b]
-    vals, wts = [], []
+    for c in counts:
+        np.cumsum(c, out=c)  # c[k]: the segments step k - 1's gap counts for
+    total = len(extra) + sum(int(np.count_nonzero(c[1:len(f.step_end_s)]))
+                             for f, c in zip(instances, counts, strict=True))
+    vals = np.empty(total)
+    wts = np.empty(total, dtype=np.int32)
+    pos = 0
     for k, f in enumerate(instances):
-        c, counts[k] = counts[k], np.empty(0, dtype=np.int64)  # freed as it goes
-        if len(f.step_end_s) < 2:
-            continue
-        mult = np.cumsum(c, out=c)[1:len(f.step_end_s)]
-        seen = np.flatnonzero(mult)
-        vals.append(np.diff(f.step_end_s)[seen])
-        wts.append(mult[seen])
-    if extra:
-        vals.append(np.asarray(extra))
-        wts.append(np.ones(len(extra), dtype=np.int64))
-    if not vals:
-        return np.empty(0), np.empty(0, dtype=np.int64)
-    return np.concatenate(vals), np.concatenate(wts)
+        ends, mult = f.step_end_s, counts[k]
+        for lo in range(1, len(ends), _GAP_BLOCK_STEPS):
+            hi = min(lo + _GAP_BLOCK_STEPS, len(ends))
+            seen = mult[lo:hi] > 0
+            gaps = ends[lo:hi] - ends[lo - 1:hi - 1]
+            n = int(np.count_nonzero(seen))
+            vals[pos:pos + n] = gaps[seen]
+            wts[pos:pos + n] = mult[lo:hi][seen]
+            pos += n
+        counts[k] = mult = np.empty(0, dtype=np.int32)  # freed as it goes
+    vals[pos:] = extra
+    wts[pos:] = 1
+    return vals, wts
 
 
 def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
               ) -> LatencyStats:
-    """ITL statistics: ``_stats`` of the weighted gaps of ``itl_distribution``, computed
-    with one copy of them alive at a time (a light-load run has millions of steps)."""
+    """ITL statistics: the mean, std and lower weighted ``PERCENTILES`` of the gaps of
+    ``itl_distribution``, sorted with one copy of them alive at a time (a light-load run
+    has millions of steps)."""
     v, w = itl_distribution(instances, segments)
     if not len(v):
         return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
     order = np.argsort(v, kind="stable")
     v = v[order]
-    w = w[order].astype(np.float64)
+    w = w[order]
     del order
-    return _weighted_sorted_stats(v, w)
+    # weights are whole numbers: their sums are exact in doubles and in integers alike
+    total = float(w.sum())
+    mean = float((v * w).sum() / total)
+    std = float(math.sqrt(max(0.0, (w * (v - mean) ** 2).sum() / total)))
+    cum = np.cumsum(w, dtype=np.float64)
+    # the lower weighted percentile (the value at or above p% of the mass)
+    pcts = [float(v[min(int(np.searchsorted(cum, p / 100.0 * total, side="left")), len(v) - 1)])
+            for p in PERCENTILES]
+    return LatencyStats(mean, std, *pcts)
 
 
 def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: np.ndarray,
