@@ -114,10 +114,11 @@ def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]
     v, w = itl_distribution(instances, segments)
     if not len(v):
         return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
+    w = w.astype(np.min_scalar_type(int(w.max())))  # usually one byte a gap
     order = np.argsort(v, kind="stable")
-    v = v[order]
     w = w[order]
     del order
+    v.sort()  # the same values as v[order], sorted in place
     # weights are whole numbers: their sums are exact in doubles and in integers alike
     total = float(w.sum())
     mean = float((v * w).sum() / total)
@@ -138,9 +139,11 @@ def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: n
 
 
 def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
-              segments: dict[int, list[list[int]]], config: SimConfig) -> RunSummary:
+              segments: dict[int, list[list[int]]], config: SimConfig,
+              itl: LatencyStats | None = None) -> RunSummary:
     """The run's metrics, from its facts alone (the cluster-level counters, such as
-    ``kv_lease_expired``, are left at their defaults for ``results_from`` to fill)."""
+    ``kv_lease_expired``, are left at their defaults for ``results_from`` to fill).
+    ``itl``: ``itl_stats(instances, segments)`` if already computed."""
     n = len(records)
     col = {k: np.asarray(_column(records, k), dtype=np.float64)
            for k in ("arrival_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "output_tokens",
@@ -165,7 +168,8 @@ def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
     out_tok = float(col["output_tokens"][finished].sum()) if n else 0.0
     in_tok = float(col["prompt_tokens"][finished].sum()) if n else 0.0
     empty = np.empty(0)
-    itl = itl_stats(instances, segments)
+    if itl is None:
+        itl = itl_stats(instances, segments)
 
     kt = col["kv_transfer_s"] if n else empty
     kt = kt[~np.isnan(kt)]

@@ -17,7 +17,7 @@ import numpy as np
 
 from pdsim.engine.request import Status
 from pdsim.facts import InstanceFacts
-from pdsim.metrics import chunk_times, summarize
+from pdsim.metrics import chunk_times, itl_stats, summarize
 from pdsim.summary import (
     RunSummary,
 )
@@ -170,6 +170,9 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
             last = len(snap.facts.step_end_s) - 1
             if last >= row.segment_first_step:
                 segments[r.id].append([snap.index, row.segment_first_step, last])
+    # the ITL statistics first: their temporary arrays (one entry per step) are gone
+    # before the records' columns are built
+    itl = itl_stats(inst_facts, segments)
     finished = np.fromiter((r.status is Status.FINISHED for r in reqs), dtype=bool, count=n)
     arrival = col("arrival_s")
     first = col("first_token_s")
@@ -224,7 +227,7 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
     links = {link.name: link.samples for link in sim.links.values()}
     queried = sum(snap.prefix_query_tokens for snap in snapshots)
     summary = replace(
-        summarize(records, inst_facts, segments, sim.config),
+        summarize(records, inst_facts, segments, sim.config, itl),
         kv_lease_expired=sim.lease_expired, faults=dict(sim.faults.counts),
         prefix_cache_hit_rate=(sum(snap.prefix_hit_tokens for snap in snapshots) / queried
                                if queried else math.nan))
