@@ -4,9 +4,10 @@ Per engine step an instance records (``STEP_COLUMNS``): when the step started an
 the prefill tokens and decode requests in its batch, and after it the KV blocks in use and
 the requests running, waiting and receiving. They are kept by column (``StepColumns``):
 the end times as doubles, the start times as the few steps that did not start where the
-one before ended (an engine idle in between), the counts as 32-bit integers. A run keeps
-every column (``record_steps: full``, what time series and timelines read) or only the
-ones its summary needs (``aggregates``: end times, starts, KV blocks in use and running).
+one before ended (an engine idle in between), the counts as 16-bit integers (32-bit once
+one does not fit). A run keeps every column (``record_steps: full``, what time series
+and timelines read) or only the ones its summary needs (``aggregates``: end times,
+starts, KV blocks in use and running).
 """
 
 from __future__ import annotations

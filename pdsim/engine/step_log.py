@@ -2,9 +2,9 @@
 
 A step (or a decode run's block of steps) is written as rows of the eight doubles of
 ``pdsim.facts.STEP_COLUMNS`` into a small buffer; every ``FLUSH_ROWS`` rows the buffer
-goes into the columns the run keeps (``record_steps``), each a list of numpy chunks that
-double in size up to ``MAX_CHUNK_ROWS``. ``columns()`` joins each column's chunks into
-one array (the facts the results read, without a further copy).
+goes into the columns the run keeps (``record_steps``), each a numpy array grown in place
+by chunks of half its size (at most ``MAX_CHUNK_ROWS``). ``columns()`` hands the arrays
+over as the facts the results read, without a copy.
 """
 
 from __future__ import annotations
@@ -22,43 +22,49 @@ FIRST_CHUNK_ROWS = 4096
 MAX_CHUNK_ROWS = 1 << 20
 
 
-class ChunkedColumn:
-    """A growing 1-d array kept as chunks (no copy of what is written as it grows)."""
+class GrowingColumn:
+    """A 1-d array that grows in chunks of half its size, in place: ``ndarray.resize``
+    reallocates, and for the large arrays of a long run the allocator moves the pages
+    (``mremap``) instead of copying them, so growing never holds two copies; room not yet
+    written is never touched, so it takes no memory."""
 
-    __slots__ = ("_chunks", "_dtype", "_free", "_used")
+    __slots__ = ("_data", "_shared", "_used")
 
     def __init__(self, dtype: type[np.generic]) -> None:
-        self._dtype = dtype
-        self._chunks: list[np.ndarray] = []
-        self._used = 0  # filled part of the last chunk
-        self._free = 0  # room left in the last chunk
+        self._data = np.empty(FIRST_CHUNK_ROWS, dtype=dtype)
+        self._used = 0
+        self._shared = False  # handed out by ``joined``: never resized again
 
     def extend(self, values: np.ndarray) -> None:
-        pos, n = 0, len(values)
-        while pos < n:
-            if not self._free:
-                size = min(MAX_CHUNK_ROWS, 2 * len(self._chunks[-1])) if self._chunks \
-                    else FIRST_CHUNK_ROWS
-                self._chunks.append(np.empty(max(size, min(n - pos, MAX_CHUNK_ROWS)),
-                                             dtype=self._dtype))
-                self._used, self._free = 0, len(self._chunks[-1])
-            k = min(self._free, n - pos)
-            self._chunks[-1][self._used:self._used + k] = values[pos:pos + k]
-            self._used += k
-            self._free -= k
-            pos += k
+        n = len(values)
+        if self._data.dtype == np.uint16 and n and (values.min() < 0 or values.max() > 65535):
+            self._widen()
+        need = self._used + n
+        if need > len(self._data):
+            size = max(need, len(self._data) + min(len(self._data) // 2, MAX_CHUNK_ROWS))
+            if self._shared:  # a copy: the arrays handed out stay as they are
+                grown = np.empty(size, dtype=self._data.dtype)
+                grown[:self._used] = self._data[:self._used]
+                self._data, self._shared = grown, False
+            else:
+                self._data.resize(size, refcheck=False)
+        self._data[self._used:need] = values
+        self._used = need
+
+    def _widen(self) -> None:
+        """From 16-bit counts to 32-bit ones (a copy, once)."""
+        wide = np.empty(len(self._data), dtype=np.int32)
+        wide[:self._used] = self._data[:self._used]
+        self._data, self._shared = wide, False
 
     def joined(self) -> np.ndarray:
-        """Everything written, as one read-only array; later writes go to new chunks."""
-        parts = [*self._chunks[:-1], self._chunks[-1][:self._used]] if self._chunks else []
-        # one full chunk is kept as it is; anything else is joined (a partly filled chunk
-        # would hold on to its unused room)
-        whole = len(parts) == 1 and self._free == 0
-        out = (parts[0] if whole else
-               np.concatenate(parts) if parts else np.empty(0, dtype=self._dtype))
+        """Everything written, as one read-only array (no copy: the array is trimmed to
+        its length; later writes go to a new one)."""
+        if not self._shared:
+            self._data.resize(self._used, refcheck=False)
+            self._shared = True
+        out = self._data[:self._used]
         out.flags.writeable = False
-        self._chunks = [out] if len(out) else []
-        self._used, self._free = len(out), 0
         return out
 
 
@@ -73,8 +79,9 @@ class StepLog:
         self.count = 0  # steps written
         self._buf = array("d")  # rows not yet in the columns
         self._flushed = 0
-        self._ends = ChunkedColumn(np.float64)
-        self._counts = {name: ChunkedColumn(np.int32) for name in COUNT_COLUMNS[mode]}
+        self._ends = GrowingColumn(np.float64)
+        # counts as 16-bit integers while they fit, 32-bit after
+        self._counts = {name: GrowingColumn(np.uint16) for name in COUNT_COLUMNS[mode]}
         self._gap_steps: list[np.ndarray] = []
         self._gap_start_s: list[np.ndarray] = []
         self._last_end_s = math.nan
