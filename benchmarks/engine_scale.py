@@ -19,10 +19,10 @@ each load with valgrind's callgrind (``engine_speed.instructions_per_request``: 
 requests, the difference over HI - LO).
 
     .venv/bin/python benchmarks/engine_scale.py --instructions
-    .venv/bin/python benchmarks/engine_scale.py --million          # adds 1M at light load
+    .venv/bin/python benchmarks/engine_scale.py --million --only 1000000 --name engine_scale_1m
     .venv/bin/python benchmarks/engine_scale.py --record-steps full --only 100000
 
-Writes ``results/engine_scale.csv`` and ``results/engine_scale.txt``.
+Writes ``results/engine_scale.csv`` and ``results/engine_scale.txt`` (``--name``: others).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def write_csv(rows: list[dict[str, Any]]) -> None:
+def write_csv(rows: list[dict[str, Any]], name: str) -> None:
     from pdsim.output import write_atomic
 
     buf = io.StringIO()
@@ -86,7 +86,7 @@ def write_csv(rows: list[dict[str, Any]]) -> None:
     w.writeheader()
     for r in rows:
         w.writerow({k: (f"{r[k]:.4g}" if isinstance(r[k], float) else r[k]) for k in COLUMNS})
-    write_atomic(RESULTS / "engine_scale.csv", buf.getvalue())
+    write_atomic(RESULTS / f"{name}.csv", buf.getvalue())
 
 
 def main() -> None:
@@ -97,6 +97,8 @@ def main() -> None:
     ap.add_argument("--record-steps", choices=("aggregates", "full"), default="aggregates")
     ap.add_argument("--instructions", action="store_true",
                     help="also count instructions per request with valgrind's callgrind")
+    ap.add_argument("--name", default="engine_scale",
+                    help="write results/NAME.csv and .txt (default engine_scale)")
     ap.add_argument("--instr-requests", nargs=2, type=int, default=(1024, 3072),
                     metavar=("LO", "HI"), help="the two runs --instructions compares")
     args = ap.parse_args()
@@ -114,7 +116,7 @@ def main() -> None:
               f"{r['engine_steps']:>9} {r['bare_simpy_s']:>7.3f} "
               f"{r['ratio_to_bare_simpy']:>6.1f} {r['cpu_ratio_to_bare_simpy']:>9.1f} "
               f"{r['peak_rss_mb']:>9.0f} {r['rss_per_request_kb']:>8.2f}", flush=True)
-    write_csv(rows)
+    write_csv(rows, args.name)
     lines = verdicts(rows)
     if args.instructions:
         lo, hi = args.instr_requests
@@ -128,10 +130,10 @@ def main() -> None:
                  f"{prov['machine']}, record_steps {args.record_steps}")
     from pdsim.output import write_atomic
 
-    write_atomic(RESULTS / "engine_scale.txt", "\n".join(lines) + "\n")
+    write_atomic(RESULTS / f"{args.name}.txt", "\n".join(lines) + "\n")
     print()
     print("\n".join(lines))
-    print(f"wrote {RESULTS / 'engine_scale.csv'} and .txt")
+    print(f"wrote {RESULTS / args.name}.csv and .txt")
 
 
 if __name__ == "__main__":
