@@ -23,10 +23,11 @@ MAX_CHUNK_ROWS = 1 << 20
 
 
 class GrowingColumn:
-    """A 1-d array that grows in chunks of half its size, in place: ``ndarray.resize``
-    reallocates, and for the large arrays of a long run the allocator moves the pages
-    (``mremap``) instead of copying them, so growing never holds two copies; room not yet
-    written is never touched, so it takes no memory."""
+    """A 1-d array that grows in chunks of half its size (at most ``MAX_CHUNK_ROWS``), in
+    place: ``ndarray.resize`` reallocates, and for the large arrays of a long run the
+    allocator moves the pages (``mremap``) instead of copying them, so growing never holds
+    two copies. The room not yet written (zeroed by ``resize``) is trimmed off when the
+    array is handed over."""
 
     __slots__ = ("_data", "_shared", "_used")
 
