@@ -85,6 +85,10 @@ def run(
         from pdsim.run_folder import prepare_out_dir
 
         prepare_out_dir(out)  # before the work, not after it
+    else:  # nothing reads the step log: keep its aggregates only
+        from pdsim.results import summary_only
+
+        cfg = summary_only(cfg)
     prog, update = simulation_progress()
     interrupted = 0
     with sigterm_as_interrupt():

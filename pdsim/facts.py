@@ -1,24 +1,139 @@
-"""Facts an instance leaves behind: what the engine hands over and metrics read."""
+"""Facts an instance leaves behind: what the engine hands over and metrics read.
+
+Per engine step an instance records (``STEP_COLUMNS``): when the step started and ended,
+the prefill tokens and decode requests in its batch, and after it the KV blocks in use and
+the requests running, waiting and receiving. They are kept by column (``StepColumns``):
+the end times as doubles, the start times as the few steps that did not start where the
+one before ended (an engine idle in between), the counts as 16-bit integers (32-bit once
+one does not fit). A run keeps every column (``record_steps: full``, what time series
+and timelines read) or only the ones its summary needs (``aggregates``: end times,
+starts, KV blocks in use and running).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
+
+#: every per-step fact, in the order of the ``step_log`` matrix
+STEP_COLUMNS = ("start_s", "end_s", "prefill_tokens", "decode_requests", "kv_used_blocks",
+                "running", "waiting", "receiving")
+#: the integer columns a run keeps in each mode (start and end times are always kept)
+COUNT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "full": STEP_COLUMNS[2:],
+    "aggregates": ("kv_used_blocks", "running"),
+}
+StepMode = Literal["full", "aggregates"]
+
+
+class StepLogNotKept(LookupError):
+    """A per-step column the run did not keep (it recorded aggregates only)."""
+
+
+@dataclass(frozen=True)
+class StepColumns:
+    """One instance's per-step facts by column (read-only arrays, one entry per step).
+
+    ``end_s``: every step's end. ``gap_steps`` / ``gap_start_s``: the steps that did not
+    start at the previous step's end (always step 0), and their starts; every other step
+    started where the one before ended. ``counts``: the integer columns kept (``mode``).
+    """
+
+    mode: StepMode
+    end_s: np.ndarray
+    gap_steps: np.ndarray
+    gap_start_s: np.ndarray
+    counts: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.end_s)
+
+    @classmethod
+    def from_matrix(cls, log: np.ndarray, mode: StepMode = "full") -> StepColumns:
+        """The columns of a ``(steps, 8)`` matrix in ``STEP_COLUMNS`` order."""
+        log = np.asarray(log, dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
+        end = log[:, 1].copy()
+        gaps = start_gaps(log[:, 0], end, np.nan)
+        counts = {k: to_counts(log[:, STEP_COLUMNS.index(k)], k) for k in COUNT_COLUMNS[mode]}
+        return cls(mode, end, gaps, log[gaps, 0].copy(), counts)
+
+    def start_s(self) -> np.ndarray:
+        """Every step's start (built from the end times and the gaps)."""
+        start = np.empty_like(self.end_s)
+        start[1:] = self.end_s[:-1]
+        start[self.gap_steps] = self.gap_start_s
+        return start
+
+    def duration_s(self) -> np.ndarray:
+        """Every step's length, ``end - start``."""
+        out: np.ndarray = self.end_s - self.start_s()
+        return out
+
+    def column(self, name: str) -> np.ndarray:
+        """One column of ``STEP_COLUMNS`` (times as doubles, counts as integers)."""
+        if name == "start_s":
+            return self.start_s()
+        if name == "end_s":
+            return self.end_s
+        if name not in STEP_COLUMNS:
+            raise KeyError(f"no step column {name!r}; the columns are {STEP_COLUMNS}")
+        if name not in self.counts:
+            raise StepLogNotKept(
+                f"the run kept per-step aggregates only (engine.record_steps: {self.mode}), "
+                f"not {name!r}; simulate with engine.record_steps: full for time series "
+                f"and timelines")
+        return self.counts[name]
+
+    def matrix(self) -> np.ndarray:
+        """The ``(steps, 8)`` matrix of doubles in ``STEP_COLUMNS`` order (a new array;
+        needs every column)."""
+        out = np.empty((len(self), len(STEP_COLUMNS)))
+        for j, name in enumerate(STEP_COLUMNS):
+            out[:, j] = self.column(name)
+        return out
+
+
+def start_gaps(start_s: np.ndarray, end_s: np.ndarray, prev_end_s: float) -> np.ndarray:
+    """Indices of the steps that did not start where the one before ended (the first
+    step compares with ``prev_end_s``)."""
+    prev = np.empty_like(end_s)
+    prev[1:] = end_s[:-1]
+    if len(prev):
+        prev[0] = prev_end_s
+    return np.flatnonzero(start_s != prev)
+
+
+def to_counts(values: np.ndarray, name: str) -> np.ndarray:
+    """A count column as 32-bit integers (it must hold whole numbers that fit)."""
+    out = values.astype(np.int32)
+    if not np.array_equal(out, values):
+        raise ValueError(f"step column {name} holds values that are not 32-bit counts")
+    return out
 
 
 @dataclass
 class InstanceFacts:
-    """What one instance did: its step end times and per-step log."""
+    """What one instance did: its steps (``steps``; ``step_end_s`` is their end times),
+    its busy time and its preemptions."""
 
     name: str
     role: str
     num_blocks: int
-    step_end_s: np.ndarray
-    # columns: start_s, end_s, prefill_tokens, decode_requests, kv_used_blocks, running,
-    # waiting, receiving
-    step_log: np.ndarray
+    steps: StepColumns
     busy_s: float
     preemptions: int
     pool: str = ""
     """The instance's pool name ('' for a role's one unnamed group)."""
+
+    @property
+    def step_end_s(self) -> np.ndarray:
+        return self.steps.end_s
+
+    @property
+    def step_log(self) -> np.ndarray:
+        """Every per-step fact as a ``(steps, 8)`` matrix of doubles (``STEP_COLUMNS``;
+        built on each call: read columns with ``steps.column`` instead where it matters)."""
+        return self.steps.matrix()

@@ -49,38 +49,29 @@ def _column(records: Sequence[dict[str, Any]], key: str) -> Any:
     return [r[key] for r in records]
 
 
-def _stats(values: np.ndarray, weights: np.ndarray | None = None) -> LatencyStats:
-    """Mean, std and ``PERCENTILES`` of ``values`` (NaNs dropped), or of a weighted sample
-    (``weights`` are multiplicities; the lower weighted percentile); all NaN when empty."""
-    v = values[~np.isnan(values)] if weights is None else values
-    if weights is not None and len(v):
-        order = np.argsort(v, kind="stable")
-        v, w = v[order], weights[order].astype(np.float64)
-        keep = w > 0
-        v, w = v[keep], w[keep]
+def _stats(values: np.ndarray) -> LatencyStats:
+    """Mean, std and ``PERCENTILES`` of ``values`` (NaNs dropped); all NaN when empty."""
+    v = values[~np.isnan(values)]
     if not len(v):
         return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
-    if weights is None:
-        return LatencyStats(float(np.mean(v)), float(np.std(v)),
-                            *(float(np.percentile(v, p)) for p in PERCENTILES))
-    total = w.sum()
-    mean = float((v * w).sum() / total)
-    std = float(math.sqrt(max(0.0, (w * (v - mean) ** 2).sum() / total)))
-    cum = np.cumsum(w)
-    # the lower weighted percentile (the value at or above p% of the mass)
-    pcts = [float(v[min(int(np.searchsorted(cum, p / 100.0 * total, side="left")), len(v) - 1)])
-            for p in PERCENTILES]
-    return LatencyStats(mean, std, *pcts)
+    return LatencyStats(float(np.mean(v)), float(np.std(v)),
+                        *(float(np.percentile(v, p)) for p in PERCENTILES))
+
+
+# steps whose gaps are taken at a time (bounds the temporary arrays at any run length)
+_GAP_BLOCK_STEPS = 1 << 20
 
 
 def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """All inter-chunk gaps as (gap values, multiplicities), without per-chunk lists.
+    """The inter-chunk gaps as (gap values, multiplicities), without per-chunk lists: each
+    instance's step gaps that some request saw (a positive multiplicity, int32), in
+    instance and step order, then the gaps across a preemption.
 
     Within a segment a request emits a chunk every step, so step k's gap counts once for
     each segment containing both k-1 and k; gaps across a preemption are added singly.
     """
-    counts = [np.zeros(len(f.step_end_s) + 1, dtype=np.int64) for f in instances]
+    counts = [np.zeros(len(f.step_end_s) + 1, dtype=np.int32) for f in instances]
     extra: list[float] = []
     for segs in segments.values():
         prev_end = None
@@ -92,20 +83,51 @@ def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[li
             if prev_end is not None:
                 extra.append(t0 - prev_end)
             prev_end = instances[i].step_end_s[b]
-    vals, wts = [], []
-    for f, c in zip(instances, counts, strict=True):
-        if len(f.step_end_s) < 2:
-            continue
-        mult = np.cumsum(c)[1:len(f.step_end_s)]
-        gaps = np.diff(f.step_end_s)
-        vals.append(gaps)
-        wts.append(mult)
-    if extra:
-        vals.append(np.asarray(extra))
-        wts.append(np.ones(len(extra), dtype=np.int64))
-    if not vals:
-        return np.empty(0), np.empty(0, dtype=np.int64)
-    return np.concatenate(vals), np.concatenate(wts)
+    for c in counts:
+        np.cumsum(c, out=c)  # c[k]: the segments step k - 1's gap counts for
+    total = len(extra) + sum(int(np.count_nonzero(c[1:len(f.step_end_s)]))
+                             for f, c in zip(instances, counts, strict=True))
+    vals = np.empty(total)
+    wts = np.empty(total, dtype=np.int32)
+    pos = 0
+    for k, f in enumerate(instances):
+        ends, mult = f.step_end_s, counts[k]
+        for lo in range(1, len(ends), _GAP_BLOCK_STEPS):
+            hi = min(lo + _GAP_BLOCK_STEPS, len(ends))
+            seen = mult[lo:hi] > 0
+            gaps = ends[lo:hi] - ends[lo - 1:hi - 1]
+            n = int(np.count_nonzero(seen))
+            vals[pos:pos + n] = gaps[seen]
+            wts[pos:pos + n] = mult[lo:hi][seen]
+            pos += n
+        counts[k] = mult = np.empty(0, dtype=np.int32)  # freed as it goes
+    vals[pos:] = extra
+    wts[pos:] = 1
+    return vals, wts
+
+
+def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
+              ) -> LatencyStats:
+    """ITL statistics: the mean, std and lower weighted ``PERCENTILES`` of the gaps of
+    ``itl_distribution``, sorted with one copy of them alive at a time (a light-load run
+    has millions of steps)."""
+    v, w = itl_distribution(instances, segments)
+    if not len(v):
+        return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
+    w = w.astype(np.min_scalar_type(int(w.max())))  # usually one byte a gap
+    order = np.argsort(v, kind="stable")
+    w = w[order]
+    del order
+    v.sort()  # the same values as v[order], sorted in place
+    # weights are whole numbers: their sums are exact in doubles and in integers alike
+    total = float(w.sum())
+    mean = float((v * w).sum() / total)
+    std = float(math.sqrt(max(0.0, (w * (v - mean) ** 2).sum() / total)))
+    cum = np.cumsum(w, dtype=np.float64)
+    # the lower weighted percentile (the value at or above p% of the mass)
+    pcts = [float(v[min(int(np.searchsorted(cum, p / 100.0 * total, side="left")), len(v) - 1)])
+            for p in PERCENTILES]
+    return LatencyStats(mean, std, *pcts)
 
 
 def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: np.ndarray,
@@ -117,9 +139,11 @@ def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: n
 
 
 def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
-              segments: dict[int, list[list[int]]], config: SimConfig) -> RunSummary:
+              segments: dict[int, list[list[int]]], config: SimConfig,
+              itl: LatencyStats | None = None) -> RunSummary:
     """The run's metrics, from its facts alone (the cluster-level counters, such as
-    ``kv_lease_expired``, are left at their defaults for ``results_from`` to fill)."""
+    ``kv_lease_expired``, are left at their defaults for ``results_from`` to fill).
+    ``itl``: ``itl_stats(instances, segments)`` if already computed."""
     n = len(records)
     col = {k: np.asarray(_column(records, k), dtype=np.float64)
            for k in ("arrival_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "output_tokens",
@@ -144,7 +168,8 @@ def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
     out_tok = float(col["output_tokens"][finished].sum()) if n else 0.0
     in_tok = float(col["prompt_tokens"][finished].sum()) if n else 0.0
     empty = np.empty(0)
-    gaps, mult = itl_distribution(instances, segments)
+    if itl is None:
+        itl = itl_stats(instances, segments)
 
     kt = col["kv_transfer_s"] if n else empty
     kt = kt[~np.isnan(kt)]
@@ -164,7 +189,7 @@ def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
         ttft=_stats(col["ttft_s"][finished] if n else empty),
         tpot=_stats(col["tpot_s"][finished] if n else empty),
         e2e=_stats(col["e2e_s"][finished] if n else empty),
-        itl=_stats(gaps, mult),
+        itl=itl,
         spec_decode=_spec_decode(records, col, config),
         kv_bytes_transferred=int(col["kv_bytes_transferred"].sum()) if n else 0,
         kv_transfer_time_s=float(kt.sum()) if len(kt) else 0.0,
@@ -237,11 +262,13 @@ def _instances(instances: list[InstanceFacts]) -> dict[str, InstanceSummary]:
                   default=0.0)
     per_inst = {}
     for f in instances:
-        log = f.step_log
-        kv = (time_weighted_mean(log[:, 0], log[:, 1], log[:, 4] / f.num_blocks, horizon)
-              if len(log) else 0.0)
-        running = time_weighted_mean(log[:, 0], log[:, 1], log[:, 5], horizon) if len(log) \
-            else 0.0
+        steps = f.steps
+        kv = running = 0.0
+        if len(steps):
+            start, end = steps.start_s(), steps.end_s
+            kv = time_weighted_mean(start, end, steps.column("kv_used_blocks") / f.num_blocks,
+                                    horizon)
+            running = time_weighted_mean(start, end, steps.column("running"), horizon)
         per_inst[f.name] = InstanceSummary(
             role=f.role, steps=len(f.step_end_s),
             busy_fraction=f.busy_s / horizon if horizon > 0 else 0.0,

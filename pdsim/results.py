@@ -17,7 +17,7 @@ import numpy as np
 
 from pdsim.engine.request import Status
 from pdsim.facts import InstanceFacts
-from pdsim.metrics import chunk_times, summarize
+from pdsim.metrics import chunk_times, itl_stats, summarize
 from pdsim.summary import (
     RunSummary,
 )
@@ -135,6 +135,16 @@ class Results:
                 f"acceptance length {s.spec_decode.acceptance_length:.3f})")
 
 
+def summary_only(config: SimConfig) -> SimConfig:
+    """``config`` for a run whose step log nothing will read (only its summary and
+    records): per-step aggregates kept, unless the config chose (``engine.record_steps``
+    other than ``auto``)."""
+    if config.engine.record_steps != "auto":
+        return config
+    return config.model_copy(update={
+        "engine": config.engine.model_copy(update={"record_steps": "aggregates"})})
+
+
 def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
     """Collect the facts of a finished (or interrupted) simulation from its requests and
     its instances' ``snapshots`` (read only)."""
@@ -162,6 +172,9 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
             last = len(snap.facts.step_end_s) - 1
             if last >= row.segment_first_step:
                 segments[r.id].append([snap.index, row.segment_first_step, last])
+    # the ITL statistics first: their temporary arrays (one entry per step) are gone
+    # before the records' columns are built
+    itl = itl_stats(inst_facts, segments)
     finished = np.fromiter((r.status is Status.FINISHED for r in reqs), dtype=bool, count=n)
     arrival = col("arrival_s")
     first = col("first_token_s")
@@ -216,7 +229,7 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
     links = sim.network.samples()
     queried = sum(snap.prefix_query_tokens for snap in snapshots)
     summary = replace(
-        summarize(records, inst_facts, segments, sim.config),
+        summarize(records, inst_facts, segments, sim.config, itl),
         kv_lease_expired=sim.lease_expired, faults=dict(sim.faults.counts),
         prefix_cache_hit_rate=(sum(snap.prefix_hit_tokens for snap in snapshots) / queried
                                if queried else math.nan))

@@ -125,10 +125,11 @@ def trial_config(cfg: SimConfig, rate_per_s: float,
 def run_trial(cfg: SimConfig, rate_per_s: float,
               min_requests: int = DEFAULT_MIN_REQUESTS) -> tuple[Trial, RunSummary]:
     """Simulate ``cfg`` at ``rate_per_s``; the trial and the run's summary."""
+    from pdsim.results import summary_only
     from pdsim.simulation import simulate
 
     tcfg = trial_config(cfg, rate_per_s, min_requests)
-    s = simulate(tcfg).summary
+    s = simulate(summary_only(tcfg)).summary
     slo = s.slo
     assert slo is not None  # trial_config keeps cfg's SLO, which the search requires
     trial = Trial(rate_per_s=rate_per_s, num_requests=s.num_requests, slo_met=slo.met,

@@ -42,7 +42,7 @@ DEFAULT_MAX_STEPS = 100_000
 STEP_THREAD = 1
 FLOW_CAT = "kv_transfer"
 
-# step_log columns (pdsim.results.InstanceFacts)
+# step_log columns (pdsim.facts.STEP_COLUMNS)
 _START, _END, _PREFILL, _DECODE, _KV, _RUNNING, _WAITING, _RECEIVING = range(8)
 
 
@@ -58,7 +58,7 @@ def _window(res: Results, max_steps: int | None,
     lo, hi = window_s if window_s is not None else (0.0, math.inf)
     if max_steps is None:
         return lo, hi, None
-    starts = [f.step_log[:, _START] for f in res.instances if len(f.step_log)]
+    starts = [f.steps.start_s() for f in res.instances if len(f.steps)]
     if not starts:
         return lo, hi, None
     allstarts = np.sort(np.concatenate(starts))

@@ -70,8 +70,6 @@ TIMESERIES_FIELDS = ("time_s", "end_s", "track", "kind", *INSTANCE_METRICS,
                      *PREFILL_RECORD_METRICS, *LINK_METRICS, *CLUSTER_METRICS)
 CLUSTER_TRACK = "cluster"
 
-# step_log columns (pdsim.results.InstanceFacts)
-_START, _END, _PREFILL, _DECODE, _KV, _RUNNING, _WAITING, _RECEIVING = range(8)
 
 
 @dataclass(frozen=True)
@@ -119,32 +117,36 @@ def instance_series(facts: InstanceFacts, idle: str = "zero") -> dict[str, StepS
     """
     if idle not in ("zero", "hold"):
         raise ValueError(f"idle must be 'zero' or 'hold', got {idle!r}")
-    log = facts.step_log
-    if not len(log):
+    steps = facts.steps
+    if not len(steps):
         empty = StepSeries(np.empty(0), np.empty(0))
         return dict.fromkeys(INSTANCE_METRICS, empty)
-    start, end = log[:, _START], log[:, _END]
+    start, end = steps.start_s(), steps.end_s
     # a value held during its step only: breakpoints at every start and end, 0 after the end
-    t = np.empty(2 * len(log))
+    t = np.empty(2 * len(steps))
     t[0::2], t[1::2] = start, end
 
+    def col(name: str) -> np.ndarray:
+        return steps.column(name).astype(np.float64)
+
     def during(values: np.ndarray) -> StepSeries:
-        v = np.zeros(2 * len(log))
+        v = np.zeros(2 * len(steps))
         v[0::2] = values
         return StepSeries(t, v)
 
     def state(values: np.ndarray) -> StepSeries:
         return StepSeries(start.copy(), values.copy()) if idle == "hold" else during(values)
 
+    kv = col("kv_used_blocks")
     out = {
-        "kv_used_blocks": state(log[:, _KV]),
-        "kv_usage": state(log[:, _KV] / max(facts.num_blocks, 1)),
-        "running": state(log[:, _RUNNING]),
-        "waiting": state(log[:, _WAITING]),
-        "receiving": state(log[:, _RECEIVING]),
-        "batch_prefill_tokens": during(log[:, _PREFILL]),
-        "batch_decode_requests": during(log[:, _DECODE]),
-        "busy": during(np.ones(len(log))),
+        "kv_used_blocks": state(kv),
+        "kv_usage": state(kv / max(facts.num_blocks, 1)),
+        "running": state(col("running")),
+        "waiting": state(col("waiting")),
+        "receiving": state(col("receiving")),
+        "batch_prefill_tokens": during(col("prefill_tokens")),
+        "batch_decode_requests": during(col("decode_requests")),
+        "busy": during(np.ones(len(steps))),
     }
     return {k: out[k] for k in INSTANCE_METRICS}
 
@@ -213,7 +215,7 @@ def nice_bin_s(horizon_s: float, max_bins: int = DEFAULT_MAX_BINS) -> float:
 
 def horizon_s(res: Results) -> float:
     """The end of a run in simulated time: its last engine step or link change."""
-    ends = [float(f.step_log[-1, _END]) for f in res.instances if len(f.step_log)]
+    ends = [float(f.step_end_s[-1]) for f in res.instances if len(f.step_end_s)]
     ends += [float(s[-1][0]) for s in res.links.values() if s]
     return max(ends, default=0.0)
 

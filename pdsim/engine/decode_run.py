@@ -436,8 +436,7 @@ class DecodeRun:
         log[:, 4] += state[:, 2]
         log[:, 5] += state[:, 3]
         log[:, 6:8] = state[:, :2]
-        inst.step_end_s.frombytes(log[:, 1].tobytes())
-        inst.step_log.frombytes(log.tobytes())
+        inst.steps.add_block(log)
 
 
 def widen(arr: np.ndarray, cols: int, fill: int = 0) -> np.ndarray:

@@ -11,7 +11,6 @@ step log. It reaches the cluster only through the ``Cluster`` protocol.
 from __future__ import annotations
 
 import bisect
-from array import array
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +27,7 @@ from pdsim.engine.route_view import RoutingState
 from pdsim.engine.run_plan import plan_decode_run
 from pdsim.engine.scheduler import Scheduler, StepPlan
 from pdsim.engine.snapshot import InstanceSnapshot
+from pdsim.engine.step_log import StepLog
 from pdsim.errors import SimulationStalled
 from pdsim.facts import InstanceFacts
 from pdsim.perf.build import build_step_time_model
@@ -129,11 +129,9 @@ class Instance:
             specs.prompt_tokens, specs.output_tokens) if self.n_spec else None
         self.run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
         self.run_rows = np.arange(self.rows.capacity)
-        # facts
-        # per step: end time, and (start, end, prefill tokens, decode requests, KV blocks
-        # used, running, waiting, receiving) as 8 flat doubles: compact at 100k+ steps
-        self.step_end_s = array("d")
-        self.step_log = array("d")
+        # facts: the step log, every column or only what the summary needs
+        self.steps = StepLog("aggregates" if cfg.engine.record_steps == "aggregates"
+                             else "full")
         self.busy_s = 0.0
         self._zero_steps = 0  # loop turns in a row at one simulated instant
         self._last_turn_s = -1.0
@@ -396,11 +394,9 @@ class Instance:
             req = rows.request_of_row[s]
             if req is not None:
                 live[req.id] = rows.snapshot(s)
-        facts = InstanceFacts(
-            self.name, self.role.value, self.pool.num_blocks,
-            np.frombuffer(self.step_end_s, dtype=np.float64).copy(),
-            np.frombuffer(self.step_log, dtype=np.float64).reshape(-1, 8).copy(),
-            self.busy_s, self.scheduler.preemptions, self.pool_name)
+        facts = InstanceFacts(self.name, self.role.value, self.pool.num_blocks,
+                              self.steps.columns(), self.busy_s, self.scheduler.preemptions,
+                              self.pool_name)
         return InstanceSnapshot(self.index, facts, self.kv.prefix_hit_tokens,
                                 self.kv.prefix_query_tokens, live)
 
@@ -408,14 +404,12 @@ class Instance:
 
     @property
     def step_count(self) -> int:
-        return len(self.step_end_s)
+        return self.steps.count
 
     def _complete(self, plan: StepPlan, start_s: float) -> None:
         now = self.env.now
-        step = len(self.step_end_s)
-        self.step_end_s.append(now)
+        step = self.steps.count
         b = plan.batch
         self.scheduler.update_from_output(plan, step, now)
-        self.step_log.extend((start_s, now, b.prefill_tokens, b.decode_requests,
-                              self.pool.num_used, len(self.running), len(self.waiting),
-                              len(self.receiving)))
+        self.steps.add(start_s, now, b.prefill_tokens, b.decode_requests, self.pool.num_used,
+                       len(self.running), len(self.waiting), len(self.receiving))

@@ -53,7 +53,7 @@ class Scheduler:
         self.n_spec = instance.n_spec
         self.decodes = instance.decodes
         self.draft = instance.draft
-        self.step_end_s = instance.step_end_s  # the instance's step log: its length
+        self.steps = instance.steps  # the instance's step log: its length
         self.max_num_seqs = sched.max_num_seqs
         self.max_num_batched_tokens = sched.max_num_batched_tokens
         self.chunked = sched.enable_chunked_prefill
@@ -254,7 +254,7 @@ class Scheduler:
         self.preemptions += 1
         req.num_preemptions += 1
         if req.phase is Phase.DECODE:
-            self.release_row(req, len(self.step_end_s) - 1)
+            self.release_row(req, self.steps.count - 1)
         else:
             self.prefilling.remove(req)
         self.pool.free(req.id)

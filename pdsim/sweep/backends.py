@@ -30,11 +30,12 @@ def run_point(config_json: str, run_files: bool) -> list[tuple[str, bytes]]:
     file ``pdsim run --out`` writes; otherwise the summary alone.
     """
     from pdsim.output import to_json
+    from pdsim.results import summary_only
     from pdsim.simulation import simulate
     from pdsim.writers import summary_document, write_run
 
     cfg = SimConfig.model_validate_json(config_json)
-    res = simulate(cfg)
+    res = simulate(cfg if run_files else summary_only(cfg))
     summary = to_json(summary_document(res)).encode("utf-8")
     if not run_files:
         return [(SUMMARY_FILE, summary)]

@@ -148,7 +148,7 @@ def test_batch_limits_hold_in_every_step(n_spec: int, mode: str) -> None:
     for inst, facts in zip(sim.instances, res.instances, strict=True):
         log = facts.step_log
         np.testing.assert_array_equal(
-            log, np.asarray(inst.step_log, dtype=np.float64).reshape(-1, 8))
+            log, inst.steps.columns().matrix())
         q = 1 + (n_spec if inst.role is not Role.PREFILL else 0)
         tokens = log[:, PREFILL] + log[:, DECODE_REQS] * q
         assert (tokens <= inst.scheduler.max_num_batched_tokens).all()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pdsim
-from pdsim.facts import InstanceFacts
+from pdsim.facts import InstanceFacts, StepColumns
 from pdsim.results import Results
 from pdsim.timeline import DEFAULT_MAX_STEPS, timeline_document, write_timeline
 
@@ -142,7 +142,7 @@ def test_large_run_is_fast_and_compact(mtp3_cfg: pdsim.SimConfig, tmp_path: Path
     start = np.arange(n) * 0.01
     log = np.column_stack([start, start + 0.01, np.zeros(n), np.full(n, 8),
                            40 + np.arange(n) % 50, np.full(n, 8), np.zeros(n), np.zeros(n)])
-    inst = InstanceFacts("D0", "decode", 1000, log[:, 1].copy(), log, 0.0, 0)
+    inst = InstanceFacts("D0", "decode", 1000, StepColumns.from_matrix(log), 0.0, 0)
     res = Results(mtp3_cfg, [], [inst], {})
     t0 = time.perf_counter()
     path = write_timeline(res, tmp_path / "timeline.json")

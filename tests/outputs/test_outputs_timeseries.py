@@ -10,7 +10,7 @@ import pytest
 
 from pdsim.config import SimConfig
 from pdsim.errors import InputFileError
-from pdsim.facts import InstanceFacts
+from pdsim.facts import InstanceFacts, StepColumns
 from pdsim.results import Results
 from pdsim.timeseries import (
     TIMESERIES_FIELDS,
@@ -39,9 +39,9 @@ EDGES = np.array([0.0, 0.5, 1.0])
 
 
 def facts(name: str = "D0", role: str = "decode", log: np.ndarray = STEPS) -> InstanceFacts:
-    return InstanceFacts(name=name, role=role, num_blocks=100, step_end_s=log[:, 1].copy(),
-                         step_log=log, busy_s=float((log[:, 1] - log[:, 0]).sum()),
-                         preemptions=0)
+    return InstanceFacts(name=name, role=role, num_blocks=100,
+                         steps=StepColumns.from_matrix(log),
+                         busy_s=float((log[:, 1] - log[:, 0]).sum()), preemptions=0)
 
 
 def test_step_series_integral_by_hand() -> None:
