@@ -25,6 +25,7 @@ from pdsim.plot_data import (
     RunData,
     as_runs,
     as_summaries,
+    link_groups,
     metric_changes,
     read_compare_json,
     read_run_dir,
@@ -249,7 +250,7 @@ def throughput_figure(data: Any) -> Figure:
     """Output tokens per second over time (dashed: the run's overall output throughput);
     for P/D before and after the fix, how many output tokens after is ahead of before
     (their throughput curves mostly overlap); where the runs have P->D links, the KV link
-    bandwidth in use."""
+    bandwidth in use (a topology's ports summed per node and direction, ``link_groups``)."""
     runs = as_runs(data)
     links = [(name, t) for name, r in runs.items() if r.series is not None
              for t in r.series.of_kind("link")]
@@ -291,16 +292,21 @@ def throughput_figure(data: Any) -> Figure:
     if links:
         lax = axes[-1]
         drawn_links: list[tuple[list[str], str, np.ndarray, np.ndarray]] = []
-        for name, track in links:
+        for name in dict.fromkeys(n for n, _ in links):
             series = runs[name].series
             assert series is not None
-            values = track.values["link_gb_per_s"]
-            same_link = next((d for d in drawn_links if d[1] == track.name
-                              and _same(d[2], series.edges_s) and _same(d[3], values)), None)
-            if same_link is not None:
-                same_link[0].append(name)
-            else:
-                drawn_links.append(([name], track.name, series.edges_s, values))
+            tracks = {t.name: t for n, t in links if n == name}
+            for label, members in link_groups(list(tracks)).items():
+                values = np.sum([tracks[m].values["link_gb_per_s"] for m in members], axis=0)
+                if len(members) > 1:
+                    label = f"{label} ({len(members)}, summed)"
+                same_link = next((d for d in drawn_links if d[1] == label
+                                  and _same(d[2], series.edges_s) and _same(d[3], values)),
+                                 None)
+                if same_link is not None:
+                    same_link[0].append(name)
+                else:
+                    drawn_links.append(([name], label, series.edges_s, values))
         for j, (names, link, edges, values) in enumerate(drawn_links):
             lax.stairs(values, edges, baseline=None,
                        color=_PALETTE[j % len(_PALETTE)] if len(runs) == 1

@@ -191,3 +191,38 @@ def test_cli_plot_missing_dir(tmp_path: Path) -> None:
     r = runner.invoke(app, ["plot", str(tmp_path)])
     assert r.exit_code == 2
     assert "error:" in r.output and "not a pdsim result directory" in r.output
+
+
+def test_topology_links_plot_one_curve_per_node_and_direction() -> None:
+    """With a transfer topology every NIC is a link track (20 on configs/hetero_pd.yaml);
+    the throughput plot sums them per node and direction, so its legend stays readable
+    and the curves still carry every byte."""
+    cfg = pdsim.load_config(MTP3.parent / "hetero_pd.yaml", ["workload.num_requests=20"])
+    res = pdsim.simulate(cfg)
+    assert len(res.links) > 8
+    fig = plots.throughput_figure(res)
+    lax = fig.axes[-1]
+    labels = [t.get_text() for t in lax.get_legend().get_texts()]
+    groups = plot_data.link_groups(list(res.links))
+    assert len(labels) == len(groups) <= 6
+    assert sorted(n for names in groups.values() for n in names) == sorted(res.links)
+    for label in labels:
+        node, kind, direction = label.split(" ")[:3]
+        assert node.startswith("node") and kind == "NICs" and direction in ("tx", "rx")
+    # the summed curves hold what the per-NIC tracks hold, bin by bin
+    series = plot_data.run_data(res).series
+    assert series is not None
+    per_nic = sum(np.nan_to_num(t.values["link_gb_per_s"]).sum()
+                  for t in series.of_kind("link"))
+    drawn = sum(np.nan_to_num(p.get_data().values).sum() for p in lax.patches)
+    assert drawn == pytest.approx(per_nic)
+
+
+def test_link_groups_keep_pair_links_and_sum_ports() -> None:
+    assert plot_data.link_groups(["P0->D0", "P0->D1"]) == {"P0->D0": ["P0->D0"],
+                                                         "P0->D1": ["P0->D1"]}
+    assert plot_data.link_groups(
+        ["node0/nic0/tx", "node0/nic1/tx", "node1/nic0/rx", "node0/gpu2/nvlink/tx"]) == {
+        "node0 NICs tx": ["node0/nic0/tx", "node0/nic1/tx"],
+        "node1 NICs rx": ["node1/nic0/rx"],
+        "node0 NVLink tx": ["node0/gpu2/nvlink/tx"]}
