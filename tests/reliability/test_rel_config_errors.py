@@ -343,3 +343,18 @@ def test_deeply_nested_yaml_file_is_a_located_error(tmp_path: Path) -> None:
     cfg.write_text("seed: " + "[" * 3000 + "]" * 3000 + "\n")
     with pytest.raises(InputFileError, match="nested too deeply"):
         load_config(cfg)
+
+
+@pytest.mark.parametrize(("instance", "phrases"), [
+    ("D3", ["no instance 'D3'; this cluster has P0 (pool p-h100-tp8); "
+            "D0, D1 (pool d-h200-tp4-fp8kv); D2 (pool d-h100-tp4)"]),
+    ("d-h100-tp4", ["d-h100-tp4 is a pool: an outage names one of its instances, D2"]),
+])
+def test_outage_of_an_unknown_instance_lists_instances_by_pool(
+        instance: str, phrases: list[str]) -> None:
+    """With several pools per role a user cannot guess that D2 is the H100 pool: the
+    error says which instances each pool holds, and a pool's name points at them."""
+    code, out, err = run_cli("show-config", str(HETERO), "--set",
+                             f"faults.instance_outages=[{{instance: {instance}, start_s: 1, "
+                             f"end_s: 2}}]")
+    assert_user_error(code, out, err, "faults.instance_outages.0.instance", *phrases)
