@@ -377,10 +377,10 @@ class SimConfig(StrictModel):
                          for p in pools)
         for i, o in enumerate(self.faults.instance_outages):
             if o.instance not in names:
-                pool = next((p for p in pools if o.instance in (p.name, p.label)), None)
-                hint = ("" if pool is None else
+                named = next((p for p in pools if o.instance in (p.name, p.label)), None)
+                hint = ("" if named is None else
                         f"; {o.instance} is a pool: an outage names one of its instances, "
-                        f"{', '.join(pool.instance_names)}")
+                        f"{', '.join(named.instance_names)}")
                 issues.append((f"faults.instance_outages.{i}.instance",
                                f"no instance {o.instance!r}{hint}; this cluster has {have}"))
         issues.extend(transfer_issues(self))
