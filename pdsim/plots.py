@@ -307,10 +307,14 @@ def throughput_figure(data: Any) -> Figure:
                     same_link[0].append(name)
                 else:
                     drawn_links.append(([name], label, series.edges_s, values))
+        order = list(dict.fromkeys(d[1] for d in drawn_links))
         for j, (names, link, edges, values) in enumerate(drawn_links):
+            # one run: a colour per link; several: the run's colour, a line style per link
             lax.stairs(values, edges, baseline=None,
                        color=_PALETTE[j % len(_PALETTE)] if len(runs) == 1
                        else _color(names[0], list(runs).index(names[0])),
+                       linestyle="-" if len(runs) == 1
+                       else _LINESTYLES[order.index(link) % len(_LINESTYLES)],
                        label=link if len(runs) == 1 else
                        f"{' = '.join(_label(n) for n in names)}: {link}")
         _style_series(lax, f"KV link in use\n(GB/s, {_bin_note(runs)})")

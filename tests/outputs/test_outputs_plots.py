@@ -226,3 +226,14 @@ def test_link_groups_keep_pair_links_and_sum_ports() -> None:
         "node0 NICs tx": ["node0/nic0/tx", "node0/nic1/tx"],
         "node1 NICs rx": ["node1/nic0/rx"],
         "node0 NVLink tx": ["node0/gpu2/nvlink/tx"]}
+
+
+def test_overlaid_runs_tell_their_link_curves_apart_by_line_style() -> None:
+    """Several runs share a colour per run, so each link curve of a run gets its own line
+    style; otherwise a topology's per-node curves are indistinguishable."""
+    cfg = pdsim.load_config(MTP3.parent / "hetero_pd.yaml", ["workload.num_requests=20"])
+    res = pdsim.simulate(cfg)
+    fig = plots.throughput_figure({"a": res, "b": res})
+    patches = fig.axes[-1].patches
+    assert len(patches) == len(plot_data.link_groups(list(res.links))) == 3
+    assert len({str(p.get_linestyle()) for p in patches}) == 3
