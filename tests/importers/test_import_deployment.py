@@ -176,3 +176,13 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["import-vllm", "--out", str(tmp_path),
                                    "--colocated", "vllm serve m"])
     assert res.exit_code == 2 and "error: --hf-config: missing" in res.output
+
+
+def test_a_missing_hf_config_of_a_deployment_file_names_the_field(tmp_path: Path) -> None:
+    dep = tmp_path / "dep.yaml"
+    dep.write_text("hf_config: nope/config.json\ncolocated: {command: vllm serve m}\n")
+    res = CliRunner().invoke(app, ["import-vllm", "--deployment", str(dep), "--out",
+                                   str(tmp_path / "out")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert (f"error: {dep}: hf_config: {tmp_path / 'nope' / 'config.json'}: no such file "
+            "(a path relative to the deployment file)") in " ".join(res.output.split())
