@@ -132,6 +132,9 @@ D = "vllm serve deepseek-ai/DeepSeek-V3 -tp 8 " + NIXL % "kv_consumer"
     (P + " --max-model-len 4096", D + " --max-model-len 8192",
      r"--decode: --max-model-len: 8192 differs from --prefill's 4096"),
     (P, D + " --kv-cache-dtype int3", r"--decode: --kv-cache-dtype: 'int3'"),
+    (P + " --max-model-len 1m", D + " --max-model-len 1m",
+     r"--prefill: --max-model-len: 1000000 is longer than the model's context, 163840 "
+     r"tokens"),
     (P, D.replace("-tp 8", "-tp 3"),
      r"--decode: --tensor-parallel-size: 3 does not divide the model's 128 heads"),
     (P, D + " --speculative-config '{\"method\":\"medusa\",\"num_speculative_tokens\":2}'",
