@@ -136,22 +136,26 @@ def acceptance_figure(data: Any) -> Figure:
 
 def _stairs_by_instance(ax: Axes, runs: Mapping[str, RunData], metric: str,
                         scale: float = 1.0, prefill_metric: str | None = None) -> bool:
-    """One line per (run, instance); with several runs, colour = run, style = instance.
-    ``prefill_metric`` replaces ``metric`` on prefill instances."""
+    """One line per (run, instance), labelled with the instance's pool where it has one;
+    with several runs, colour = run, style = instance. ``prefill_metric`` replaces
+    ``metric`` on prefill instances."""
     drawn = False
     for i, (name, run) in enumerate(runs.items()):
         if run.series is None:
             continue
         tracks = run.series.of_kind("prefill", "decode", "colocated")
+        instances = run.summary.get("instances") or {}
         for j, track in enumerate(tracks):
             key = prefill_metric if prefill_metric and track.kind == "prefill" else metric
             if key not in track.values:
                 continue
+            pool = (instances.get(track.name) or {}).get("pool")
+            inst = f"{track.name} ({pool})" if pool else track.name
             if len(runs) == 1:
-                color, style, label = _PALETTE[j % len(_PALETTE)], "-", track.name
+                color, style, label = _PALETTE[j % len(_PALETTE)], "-", inst
             else:
                 color, style = _color(name, i), _LINESTYLES[j % len(_LINESTYLES)]
-                label = f"{_label(name)}: {track.name}"
+                label = f"{_label(name)}: {inst}"
             ax.stairs(track.values[key] * scale, run.series.edges_s, color=color,
                       linestyle=style, label=label, baseline=None)
             drawn = True

@@ -237,3 +237,17 @@ def test_overlaid_runs_tell_their_link_curves_apart_by_line_style() -> None:
     patches = fig.axes[-1].patches
     assert len(patches) == len(plot_data.link_groups(list(res.links))) == 3
     assert len({str(p.get_linestyle()) for p in patches}) == 3
+
+
+def test_instance_curves_name_their_pool(tmp_path: Path) -> None:
+    """KV usage of a pools run: the legend says which pool each instance is in, read back
+    from a result folder as from memory."""
+    res = pdsim.simulate(pdsim.load_config(MTP3.parent / "hetero_pd.yaml",
+                                           ["workload.num_requests=20"]))
+    want = ["P0 (p-h100-tp8)", "D0 (d-h200-tp4-fp8kv)", "D1 (d-h200-tp4-fp8kv)",
+            "D2 (d-h100-tp4)"]
+    fig = plots.kv_usage_figure(res)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == want
+    write_run(res, tmp_path)
+    fig = plots.kv_usage_figure(plot_data.read_run_dir(tmp_path))
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == want
