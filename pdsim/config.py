@@ -370,12 +370,19 @@ class SimConfig(StrictModel):
                            f"allowed: {', '.join(ROUTERS)}"))
         else:
             issues.extend(router_weight_issues(self.router))
-        names = {n for p in c.pools() for n in p.instance_names}
+        pools = c.pools()
+        names = {n for p in pools for n in p.instance_names}
+        # instances by pool, so a user of several pools sees which instance is where
+        have = "; ".join(", ".join(p.instance_names) + (f" (pool {p.name})" if p.name else "")
+                         for p in pools)
         for i, o in enumerate(self.faults.instance_outages):
             if o.instance not in names:
+                named = next((p for p in pools if o.instance in (p.name, p.label)), None)
+                hint = ("" if named is None else
+                        f"; {o.instance} is a pool: an outage names one of its instances, "
+                        f"{', '.join(named.instance_names)}")
                 issues.append((f"faults.instance_outages.{i}.instance",
-                               f"no instance {o.instance!r}; this cluster has "
-                               f"{', '.join(sorted(names))}"))
+                               f"no instance {o.instance!r}{hint}; this cluster has {have}"))
         issues.extend(transfer_issues(self))
         issues.extend(self.faults.overlap_issues())
         if issues:

@@ -125,6 +125,21 @@ def summary_html(runs: Mapping[str, RunData], only: Sequence[str] | None = None)
     return _table(headers, rows)
 
 
+def instances_html(instances: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """One row per instance of a run's ``summary["instances"]``: its pool (blank for a
+    role's single unnamed group), role and time-weighted means. None when there are none."""
+    if not instances:
+        return None
+    rows = [[name, inst.get("pool") or "", inst.get("role"),
+             round(float(inst["busy_fraction"]) * 100, 2),
+             round(float(inst["mean_kv_usage"]) * 100, 3),
+             round(float(inst["mean_running"]), 2), inst.get("steps"),
+             inst.get("preemptions")]
+            for name, inst in instances.items()]
+    return _table(["instance", "pool", "role", "busy (%)", "KV usage (%)", "running",
+                   "steps", "preemptions"], rows)
+
+
 def sweep_table_html(table: SweepTable) -> str:
     """One row per sweep point: its swept values and the plotted metrics."""
     metrics = [m for m, _, _ in SWEEP_METRICS if any(m in r for r in table.rows)]
@@ -344,6 +359,15 @@ def runs_report(title: str, runs: Mapping[str, RunData], config_text: str | None
     page.raw(summary_html(runs, HEADLINE_KEYS))
     page.raw("<details><summary>every summary value</summary>" + summary_html(runs)
              + "</details>")
+    tables = {name: instances_html(r.summary.get("instances") or {})
+              for name, r in runs.items()}
+    if any(t is not None for t in tables.values()):
+        page.heading("Instances and pools")
+        for name, table in tables.items():
+            if table is not None:
+                if len(runs) > 1:
+                    page.note(name)
+                page.raw(table)
     summaries = {k: r.summary for k, r in runs.items()}
     if len(runs) > 1:
         page.heading("Before / after")

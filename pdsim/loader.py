@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +195,8 @@ def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str]) -> dict[s
         for i, part in enumerate(parts[:-1]):
             nxt = _child(node, part)
             if nxt is None:
+                if isinstance(node, list):
+                    raise list_item_error(parts, i, len(node))
                 nxt = {}
                 _set_child(node, part, nxt, ".".join(parts[: i + 1]))
             elif not isinstance(nxt, dict | list):
@@ -220,7 +222,25 @@ def _set_child(node: Any, part: str, value: Any, path: str) -> None:
     elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
         node[int(part)] = value
     else:
-        raise ConfigError(path, "cannot set an item of this list (index out of range)")
+        parts = path.split(".")
+        raise list_item_error(parts, len(parts) - 1, len(node))
+
+
+def list_item_error(parts: Sequence[str], i: int, length: int) -> ConfigError:
+    """The error for ``parts[i]`` naming no item of a list of ``length`` (an override or
+    sweep key into, say, a role's list of pools): which positions exist, and how to write
+    the key when a name was given where a position belongs."""
+    parent, part = ".".join(parts[:i]), parts[i]
+    if not length:
+        return ConfigError(".".join(parts[: i + 1]), f"{parent} is an empty list")
+    if part.isdigit():
+        return ConfigError(".".join(parts[: i + 1]),
+                           f"{parent} has {length} item(s), {parent}.0 .. "
+                           f"{parent}.{length - 1}; there is no item {part}")
+    rest = ".".join(parts[i:])
+    return ConfigError(".".join(parts[: i + 1]),
+                       f"{parent} is a list of {length} item(s): name one by its position, "
+                       f"e.g. {parent}.0.{rest}")
 
 
 def expand_profiles(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +39,25 @@ CHANGE_METRICS = (
     ("mean_e2e_s", "mean E2E", 1.0, " s", False),
 )
 """(summary key, label, display scale, unit, higher is better) of the before/after chart."""
+
+
+# a transfer topology's port: node0/nic3/tx, node1/gpu2/nvlink/rx
+_PORT_NAME = re.compile(r"(node\d+)/(nic|gpu)\d+/(?:nvlink/)?(tx|rx)")
+
+
+def link_groups(names: Sequence[str]) -> dict[str, list[str]]:
+    """Link tracks as the throughput plot draws them: ``{label: [track names]}``, in order
+    of first appearance. A topology's ports sum per node, kind and direction (``node0
+    NICs tx`` over ``node0/nic0/tx`` ... ``node0/nic7/tx``): one curve per NIC would be one
+    legend entry per NIC (dozens on a few nodes), and what a node's NICs carry together
+    is what a reader compares. P->D pair links (no topology) keep one curve each."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        m = _PORT_NAME.fullmatch(name)
+        label = name if m is None else (
+            f"{m.group(1)} {'NICs' if m.group(2) == 'nic' else 'NVLink'} {m.group(3)}")
+        groups.setdefault(label, []).append(name)
+    return groups
 
 
 @dataclass(frozen=True)

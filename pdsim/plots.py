@@ -25,6 +25,7 @@ from pdsim.plot_data import (
     RunData,
     as_runs,
     as_summaries,
+    link_groups,
     metric_changes,
     read_compare_json,
     read_run_dir,
@@ -135,22 +136,26 @@ def acceptance_figure(data: Any) -> Figure:
 
 def _stairs_by_instance(ax: Axes, runs: Mapping[str, RunData], metric: str,
                         scale: float = 1.0, prefill_metric: str | None = None) -> bool:
-    """One line per (run, instance); with several runs, colour = run, style = instance.
-    ``prefill_metric`` replaces ``metric`` on prefill instances."""
+    """One line per (run, instance), labelled with the instance's pool where it has one;
+    with several runs, colour = run, style = instance. ``prefill_metric`` replaces
+    ``metric`` on prefill instances."""
     drawn = False
     for i, (name, run) in enumerate(runs.items()):
         if run.series is None:
             continue
         tracks = run.series.of_kind("prefill", "decode", "colocated")
+        instances = run.summary.get("instances") or {}
         for j, track in enumerate(tracks):
             key = prefill_metric if prefill_metric and track.kind == "prefill" else metric
             if key not in track.values:
                 continue
+            pool = (instances.get(track.name) or {}).get("pool")
+            inst = f"{track.name} ({pool})" if pool else track.name
             if len(runs) == 1:
-                color, style, label = _PALETTE[j % len(_PALETTE)], "-", track.name
+                color, style, label = _PALETTE[j % len(_PALETTE)], "-", inst
             else:
                 color, style = _color(name, i), _LINESTYLES[j % len(_LINESTYLES)]
-                label = f"{_label(name)}: {track.name}"
+                label = f"{_label(name)}: {inst}"
             ax.stairs(track.values[key] * scale, run.series.edges_s, color=color,
                       linestyle=style, label=label, baseline=None)
             drawn = True
@@ -249,7 +254,7 @@ def throughput_figure(data: Any) -> Figure:
     """Output tokens per second over time (dashed: the run's overall output throughput);
     for P/D before and after the fix, how many output tokens after is ahead of before
     (their throughput curves mostly overlap); where the runs have P->D links, the KV link
-    bandwidth in use."""
+    bandwidth in use (a topology's ports summed per node and direction, ``link_groups``)."""
     runs = as_runs(data)
     links = [(name, t) for name, r in runs.items() if r.series is not None
              for t in r.series.of_kind("link")]
@@ -291,20 +296,29 @@ def throughput_figure(data: Any) -> Figure:
     if links:
         lax = axes[-1]
         drawn_links: list[tuple[list[str], str, np.ndarray, np.ndarray]] = []
-        for name, track in links:
+        for name in dict.fromkeys(n for n, _ in links):
             series = runs[name].series
             assert series is not None
-            values = track.values["link_gb_per_s"]
-            same_link = next((d for d in drawn_links if d[1] == track.name
-                              and _same(d[2], series.edges_s) and _same(d[3], values)), None)
-            if same_link is not None:
-                same_link[0].append(name)
-            else:
-                drawn_links.append(([name], track.name, series.edges_s, values))
+            tracks = {t.name: t for n, t in links if n == name}
+            for label, members in link_groups(list(tracks)).items():
+                values = np.sum([tracks[m].values["link_gb_per_s"] for m in members], axis=0)
+                if len(members) > 1:
+                    label = f"{label} ({len(members)}, summed)"
+                same_link = next((d for d in drawn_links if d[1] == label
+                                  and _same(d[2], series.edges_s) and _same(d[3], values)),
+                                 None)
+                if same_link is not None:
+                    same_link[0].append(name)
+                else:
+                    drawn_links.append(([name], label, series.edges_s, values))
+        order = list(dict.fromkeys(d[1] for d in drawn_links))
         for j, (names, link, edges, values) in enumerate(drawn_links):
+            # one run: a colour per link; several: the run's colour, a line style per link
             lax.stairs(values, edges, baseline=None,
                        color=_PALETTE[j % len(_PALETTE)] if len(runs) == 1
                        else _color(names[0], list(runs).index(names[0])),
+                       linestyle="-" if len(runs) == 1
+                       else _LINESTYLES[order.index(link) % len(_LINESTYLES)],
                        label=link if len(runs) == 1 else
                        f"{' = '.join(_label(n) for n in names)}: {link}")
         _style_series(lax, f"KV link in use\n(GB/s, {_bin_note(runs)})")

@@ -56,6 +56,9 @@ def summary_table(summary: Mapping[str, Any], title: str = "pdsim summary") -> T
         ("tokens recomputed on D (backoff)", str(summary["tokens_recomputed_on_d"])),
         ("preemptions", str(summary["preemptions"])),
     ]
+    hit_rate = summary.get("prefix_cache_hit_rate")
+    if hit_rate is not None and _finite(hit_rate):  # NaN: no instance caches prefixes
+        rows.append(("prefix cache hit rate (%)", _fmt(hit_rate * 100, 1)))
     if "slo_attainment" in summary:
         rows.append(("SLO attainment (%)", _fmt(summary["slo_attainment"] * 100, 1)))
         rows.append(("goodput (req/s)", _fmt(summary["goodput_req_s"], 3)))

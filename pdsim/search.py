@@ -253,19 +253,11 @@ def _split_search(cfg_json: str, prefill_count: int, decode_count: int, gpus: in
         num_trials=len(found.trials))
 
 
-def best_pd_split(cfg: SimConfig, gpu_budget: int, gpus_per_instance: int | None = None,
-                  tol: float = DEFAULT_TOL, min_requests: int = DEFAULT_MIN_REQUESTS,
-                  workers: int = 1, progress: Callable[[int, int], None] | None = None
-                  ) -> list[SplitResult]:
-    """Every P:D split of ``gpu_budget`` GPUs, best goodput per GPU first.
-
-    Each split has p P instances and as many D as the rest of the budget holds (at least
-    one of each); GPUs per instance: ``gpus_per_instance`` for both roles, by default each
-    role's own (``default_gpus_per_instance``), so P and D on different parallelism split
-    the budget by their own sizes. Each split is searched at its own highest SLO-meeting rate
-    (``max_rate_meeting_slo``), its goodput divided by the GPUs it uses. Ties go to fewer
-    prefill instances. ``workers`` > 1 searches splits in parallel processes.
-    """
+def pd_splits(cfg: SimConfig, gpu_budget: int, gpus_per_instance: int | None = None
+              ) -> tuple[int, int, list[tuple[int, int]]]:
+    """GPUs per P and per D instance and the ``(P count, D count)`` splits
+    ``best_pd_split`` searches; raises ``ConfigError`` naming the field when ``cfg`` or the
+    budget allows none. Cheap: callers check it before any simulation runs."""
     check_searchable(cfg)
     if cfg.cluster.mode != "disaggregated":
         raise ConfigError("cluster.mode", "a P:D split needs a disaggregated cluster")
@@ -284,6 +276,23 @@ def best_pd_split(cfg: SimConfig, gpu_budget: int, gpus_per_instance: int | None
     if not splits:
         raise ConfigError("gpu_budget", f"{gpu_budget} GPUs cannot hold one P of {gp} and "
                                         f"one D of {gd} GPU(s); a P:D split needs both")
+    return gp, gd, splits
+
+
+def best_pd_split(cfg: SimConfig, gpu_budget: int, gpus_per_instance: int | None = None,
+                  tol: float = DEFAULT_TOL, min_requests: int = DEFAULT_MIN_REQUESTS,
+                  workers: int = 1, progress: Callable[[int, int], None] | None = None
+                  ) -> list[SplitResult]:
+    """Every P:D split of ``gpu_budget`` GPUs, best goodput per GPU first.
+
+    Each split has p P instances and as many D as the rest of the budget holds (at least
+    one of each); GPUs per instance: ``gpus_per_instance`` for both roles, by default each
+    role's own (``default_gpus_per_instance``), so P and D on different parallelism split
+    the budget by their own sizes. Each split is searched at its own highest SLO-meeting rate
+    (``max_rate_meeting_slo``), its goodput divided by the GPUs it uses. Ties go to fewer
+    prefill instances. ``workers`` > 1 searches splits in parallel processes.
+    """
+    gp, gd, splits = pd_splits(cfg, gpu_budget, gpus_per_instance)
     cfg_json = cfg.model_dump_json()
     jobs = [(cfg_json, p, d, p * gp + d * gd, tol, min_requests) for p, d in splits]
     results: list[SplitResult] = []
@@ -306,6 +315,7 @@ def best_pd_split(cfg: SimConfig, gpu_budget: int, gpus_per_instance: int | None
 
 __all__ = [
     "RateSearch", "SplitResult", "Trial", "best_pd_split", "check_searchable",
-    "default_gpus_per_instance", "max_rate_meeting_slo", "run_trial", "split_config",
+    "default_gpus_per_instance", "max_rate_meeting_slo", "pd_splits", "run_trial",
+    "split_config",
     "trial_config",
 ]

@@ -10,7 +10,9 @@ Layout (times in integer microseconds of simulated time):
   ``pdsim.timeseries`` counts them);
 - one process per P->D link (``link P0->D0``) with one async slice (``ph: "b"``/``"e"``,
   named ``KV transfer``, the request id as async id) per KV transfer, stacked where
-  transfers share the link, and a ``link gb_per_s`` counter (bandwidth in use);
+  transfers share the link, and a ``link gb_per_s`` counter (bandwidth in use); with a
+  transfer topology one process per NIC or NVLink port direction (``link node0/nic3/tx``)
+  with its counter, and the transfer slices on one process ``KV transfers``;
 - one flow arrow (``ph: "s"`` on the P step that finished the prefill, ``ph: "f"`` with
   ``bp: "e"`` on the D step that emitted the first token) per transferred request, with
   the request id as flow id.
@@ -133,7 +135,18 @@ def timeline_events(res: Results, max_steps: int | None = DEFAULT_MAX_STEPS,
                 events.append({"ph": "C", "pid": pid, "name": "link",
                                "ts": int(_us(np.array([t_s]))[0]), "args": {"gb_per_s": v}})
                 last = v
-    events += _transfer_events(res, lo, hi, pid_of, link_pid, steps)
+    shared_pid = None
+    if res.config.connector.topology is not None:
+        # links are NIC and NVLink ports, which a transfer's flows cross several of: its
+        # slice goes on one process of all transfers instead of on a P->D link's
+        shared_pid = base + len(res.links)
+        events += [
+            {"ph": "M", "pid": shared_pid, "ts": 0, "name": "process_name",
+             "args": {"name": "KV transfers"}},
+            {"ph": "M", "pid": shared_pid, "ts": 0, "name": "process_sort_index",
+             "args": {"sort_index": shared_pid}},
+        ]
+    events += _transfer_events(res, lo, hi, pid_of, link_pid, steps, shared_pid)
     return events, truncated
 
 
@@ -179,7 +192,8 @@ def _step_events(pid: int, num_blocks: int, log: np.ndarray, start_us: np.ndarra
 
 def _transfer_events(res: Results, lo: float, hi: float, pid_of: dict[str, int],
                      link_pid: dict[str, int],
-                     steps: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[dict[str, Any]]:
+                     steps: dict[str, tuple[np.ndarray, np.ndarray]],
+                     shared_pid: int | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for r in res.records:
         t0, t1 = r["transfer_start_s"], r["transfer_end_s"]
@@ -189,11 +203,11 @@ def _transfer_events(res: Results, lo: float, hi: float, pid_of: dict[str, int],
         if not lo <= t0 < hi or p not in pid_of or d not in pid_of:
             continue
         rid = r["request_id"]
-        lp = link_pid.get(f"{p}->{d}")
+        lp = link_pid.get(f"{p}->{d}", shared_pid)
         if lp is not None:
             a, b = (int(x) for x in _us(np.array([t0, t1])))
             args = {"request_id": rid, "kv_bytes": int(r["kv_bytes_transferred"]),
-                    "prompt_tokens": int(r["prompt_tokens"])}
+                    "prompt_tokens": int(r["prompt_tokens"]), "from": p, "to": d}
             # one name for all: the UI stacks same-named async slices on one track
             out.append({"ph": "b", "pid": lp, "tid": STEP_THREAD, "cat": FLOW_CAT, "id": rid,
                         "name": "KV transfer", "ts": a, "args": args})

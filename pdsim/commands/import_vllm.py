@@ -128,6 +128,9 @@ def register(app: typer.Typer) -> None:
             commands = _role_commands(data, str(deployment), hardware)
             if hf_config is None and data.get("hf_config") is not None:
                 hf_config = base / str(data["hf_config"])
+                if not hf_config.is_file():  # say which field of which file named it
+                    raise PdsimError(f"{deployment}: hf_config: {hf_config}: no such file "
+                                     f"(a path relative to the deployment file)")
         if hf_config is None:
             raise PdsimError("--hf-config: missing; give the model's config.json")
         cfg = read_hf_config(hf_config)

@@ -250,7 +250,13 @@ class _Importer:
         model: dict[str, Any] = {"profile": self.profile_file}
         max_len = _agreed(parsed, "max_model_len", "max-model-len")
         if max_len is not None:
-            model["max_model_len"] = min(max_len, self.arch.max_model_len)
+            if max_len > self.arch.max_model_len:  # vLLM refuses it too, not cuts it
+                who = next(k for k, a in parsed.items() if a.max_model_len is not None)
+                raise ConfigError(f"--{who}: --max-model-len",
+                                  f"{max_len} is longer than the model's context, "
+                                  f"{self.arch.max_model_len} tokens (config.json's "
+                                  f"max_position_embeddings)")
+            model["max_model_len"] = max_len
         cfg: dict[str, Any] = {
             "name": f"{first.name.rstrip('/').split('/')[-1]}-{suffix}",
             "description": f"imported by pdsim import-vllm ({slug}, {suffix})",

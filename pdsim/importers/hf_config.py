@@ -105,6 +105,21 @@ class _Reader:
         return ConfigError(f"{self.source}: {key}", message)
 
 
+def _rope_scaled_context(rope_scaling: Any, max_len: int) -> int:
+    """The context vLLM derives from ``max_len`` and ``rope_scaling`` (its model config's
+    ``_get_and_verify_max_len``): every RoPE scaling but ``su``, ``longrope`` and
+    ``llama3`` multiplies it by ``factor``, YaRN starting from
+    ``original_max_position_embeddings``."""
+    if not isinstance(rope_scaling, dict):
+        return max_len
+    kind = rope_scaling.get("rope_type", rope_scaling.get("type"))
+    factor = rope_scaling.get("factor")
+    if kind in ("su", "longrope", "llama3") or not isinstance(factor, int | float):
+        return max_len
+    base = rope_scaling.get("original_max_position_embeddings", max_len)
+    return int((base if kind == "yarn" and isinstance(base, int) else max_len) * factor)
+
+
 def _attention(r: _Reader, window: int | None) -> AnyMixer:
     if r.has("kv_lora_rank"):
         return MLAMixer(num_heads=r.int("num_attention_heads"),
@@ -349,6 +364,7 @@ def architecture_from_hf(cfg: Mapping[str, Any], name: str,
     if not isinstance(max_len, int) or max_len < 1:
         raise r.fail("max_position_embeddings", "missing; pdsim needs the context limit "
                      "(or give --max-model-len on the command line)")
+    max_len = _rope_scaled_context(r.first("rope_scaling"), max_len)
     if not r.has("tie_word_embeddings"):
         r.assumed.append(("tie_word_embeddings", "false (not given)"))
     arch = ModelArchitecture(

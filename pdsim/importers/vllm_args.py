@@ -204,6 +204,7 @@ def parse_serve_command(command: str, where: str = "command") -> ServeArgs:
         raise ConfigError(where, f"cannot split the command line: {exc}") from None
     tokens = _strip_launcher(tokens, where)
     values: dict[str, Any] = {}
+    written: dict[str, str] = {}  # field -> the option as first written, for conflicts
     json_parts: dict[str, dict[str, Any]] = {}
     ignored: list[str] = []
     positional: list[str] = []
@@ -233,21 +234,32 @@ def parse_serve_command(command: str, where: str = "command") -> ServeArgs:
         key = name[3:] if negated else name
         if key in _OPTIONS:
             fld, kind = _OPTIONS[key]
+            value: Any
             if kind == "flag":
                 if eq:
                     if inline.lower() not in ("true", "false"):
                         raise ConfigError(opt_where, f"{inline!r}: expected true or false")
-                    values[fld] = (inline.lower() == "true") != negated
+                    value = (inline.lower() == "true") != negated
                 else:
-                    values[fld] = not negated
+                    value = not negated
+                spelt = tok
             elif negated:
                 raise ConfigError(f"{where}: --{name}", "unknown option (only flags take "
                                   "a --no- form)")
             else:
                 raw, i = _take_value(tokens, i, given, opt_where)
-                values[fld] = (_parse_size(raw, opt_where)
-                               if key in ("max-model-len", "kv-cache-memory-bytes")
-                               else _convert(raw, kind, opt_where))
+                value = (_parse_size(raw, opt_where)
+                         if key in ("max-model-len", "kv-cache-memory-bytes")
+                         else _convert(raw, kind, opt_where))
+                spelt = tok if eq else f"{tok} {raw}"
+            if fld in values and values[fld] != value:
+                # argparse would keep the last silently; a deployment that says two
+                # things is more likely a pasting mistake than a wish
+                raise ConfigError(f"{where}: --{key}",
+                                  f"given twice with different values ({written[fld]!r}, "
+                                  f"then {spelt!r}); give it once")
+            values[fld] = value
+            written.setdefault(fld, spelt)
             continue
         flag = name[3:] if name.startswith("no-") else name
         if flag in _IGNORED_FLAGS:

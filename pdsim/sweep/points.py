@@ -13,7 +13,7 @@ from typing import Any
 from pdsim._version import __version__
 from pdsim.config import SimConfig
 from pdsim.errors import ConfigError
-from pdsim.loader import config_from_dict
+from pdsim.loader import config_from_dict, list_item_error
 from pdsim.sweep.grid import Point
 
 
@@ -41,7 +41,7 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
                 return
             node = node[int(part)]
         else:
-            raise ConfigError(here, "no such list item (index out of range)")
+            raise list_item_error(parts, i, len(node))
 
 
 @dataclass(frozen=True)

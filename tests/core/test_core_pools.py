@@ -227,7 +227,7 @@ def test_fault_names_count_instances_across_pools() -> None:
                                             "end_s": 0.2}]}
     issues = _issues(data)
     assert issues[0][0] == "faults.instance_outages.0.instance"
-    assert "D0, D1, D2" in issues[0][1]
+    assert "this cluster has P0; D0, D1 (pool fast); D2 (pool decode.1)" in issues[0][1]
 
 
 def test_borrowed_kernel_fits_are_reported_per_pool() -> None:

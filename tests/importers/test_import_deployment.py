@@ -132,6 +132,9 @@ D = "vllm serve deepseek-ai/DeepSeek-V3 -tp 8 " + NIXL % "kv_consumer"
     (P + " --max-model-len 4096", D + " --max-model-len 8192",
      r"--decode: --max-model-len: 8192 differs from --prefill's 4096"),
     (P, D + " --kv-cache-dtype int3", r"--decode: --kv-cache-dtype: 'int3'"),
+    (P + " --max-model-len 1m", D + " --max-model-len 1m",
+     r"--prefill: --max-model-len: 1000000 is longer than the model's context, 163840 "
+     r"tokens"),
     (P, D.replace("-tp 8", "-tp 3"),
      r"--decode: --tensor-parallel-size: 3 does not divide the model's 128 heads"),
     (P, D + " --speculative-config '{\"method\":\"medusa\",\"num_speculative_tokens\":2}'",
@@ -176,3 +179,13 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["import-vllm", "--out", str(tmp_path),
                                    "--colocated", "vllm serve m"])
     assert res.exit_code == 2 and "error: --hf-config: missing" in res.output
+
+
+def test_a_missing_hf_config_of_a_deployment_file_names_the_field(tmp_path: Path) -> None:
+    dep = tmp_path / "dep.yaml"
+    dep.write_text("hf_config: nope/config.json\ncolocated: {command: vllm serve m}\n")
+    res = CliRunner().invoke(app, ["import-vllm", "--deployment", str(dep), "--out",
+                                   str(tmp_path / "out")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert (f"error: {dep}: hf_config: {tmp_path / 'nope' / 'config.json'}: no such file "
+            "(a path relative to the deployment file)") in " ".join(res.output.split())

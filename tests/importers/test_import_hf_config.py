@@ -186,3 +186,18 @@ def test_unreadable_files_name_the_file(tmp_path: Path) -> None:
     bad.write_text("[1, 2]", encoding="utf-8")
     with pytest.raises(InputFileError, match="expected a JSON object"):
         read_hf_config(bad)
+
+
+@pytest.mark.parametrize(("rope_scaling", "context"), [
+    (None, 40960),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131072),
+    ({"type": "linear", "factor": 2.0}, 81920),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 40960),
+    ({"rope_type": "longrope", "factor": 4.0}, 40960),
+])
+def test_context_follows_vllms_rope_scaling_rule(rope_scaling: object, context: int) -> None:
+    """Qwen's model cards enable YaRN by adding rope_scaling to config.json; vLLM then
+    serves 4 x 32,768 tokens, and so must the imported profile (and --max-model-len)."""
+    cfg = read_hf_config(HF / "Qwen3-30B-A3B.config.json")
+    imp = architecture_from_hf({**cfg, "rope_scaling": rope_scaling}, "q")
+    assert imp.arch.max_model_len == context

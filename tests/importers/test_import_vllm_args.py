@@ -93,6 +93,11 @@ def test_every_spelling_vllm_accepts() -> None:
     assert a.name == "served" and a.ignored == ("-O3",)
 
 
+def test_an_option_repeated_with_the_same_value_reads_once() -> None:
+    a = parse_serve_command("vllm serve m -tp 4 --tensor-parallel-size=4 --enforce-eager")
+    assert a.tensor_parallel_size == 4
+
+
 def test_the_api_server_module_form() -> None:
     a = parse_serve_command("python3 -m vllm.entrypoints.openai.api_server --model m -tp 2")
     assert (a.model, a.tensor_parallel_size) == ("m", 2)
@@ -110,6 +115,14 @@ def test_the_api_server_module_form() -> None:
     ("vllm serve a b", r"more than one model given: a, b"),
     ("vllm bench serve --model m", r"expected `vllm serve ...`"),
     ("vllm serve m --speculative-config '{\"method\": \"mtp\"", r"cannot split the command"),
+    ("vllm serve m --tensor-parallel-size 2 -tp 4",
+     r"cmd: --tensor-parallel-size: given twice with different values "
+     r"\('--tensor-parallel-size 2', then '-tp 4'\)"),
+    ("vllm serve m --max-num-seqs=8 --max_num_seqs 16", r"--max-num-seqs: given twice"),
+    ("vllm serve m --enable-prefix-caching --no-enable-prefix-caching",
+     r"--enable-prefix-caching: given twice"),
+    ("vllm serve m --speculative-config '{\"method\": \"mtp\"}' "
+     "--speculative-config '{\"method\": \"eagle\"}'", r"--speculative-config: given twice"),
 ])
 def test_bad_lines_name_the_option(command: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -51,6 +51,20 @@ def test_run_report_is_self_contained_with_every_chart(run_dir: Path) -> None:
     assert shown is not None and html.unescape(shown.group(1)) == config
 
 
+def test_run_report_lists_instances_with_their_pools(tmp_path: Path) -> None:
+    """A pools config's report says which instance is in which pool, as `pdsim run`'s
+    pool table does; the page had no per-instance or per-pool figure at all."""
+    out = tmp_path / "hetero"
+    r = runner.invoke(app, ["run", str(MTP3.parent / "hetero_pd.yaml"), *SMALL,
+                            "--out", str(out), "--report"])
+    assert r.exit_code == 0, r.output
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "<h2>Instances and pools</h2>" in page
+    rows = re.findall(r"<tr><td>([PD]\d)</td><td>([^<]*)</td><td>(\w+)</td>", page)
+    assert rows == [("P0", "p-h100-tp8", "prefill"), ("D0", "d-h200-tp4-fp8kv", "decode"),
+                    ("D1", "d-h200-tp4-fp8kv", "decode"), ("D2", "d-h100-tp4", "decode")]
+
+
 def test_report_command_rewrites_the_same_page(run_dir: Path) -> None:
     before = (run_dir / "report.html").read_text(encoding="utf-8")
     r = runner.invoke(app, ["report", str(run_dir)])

@@ -191,3 +191,63 @@ def test_cli_plot_missing_dir(tmp_path: Path) -> None:
     r = runner.invoke(app, ["plot", str(tmp_path)])
     assert r.exit_code == 2
     assert "error:" in r.output and "not a pdsim result directory" in r.output
+
+
+def test_topology_links_plot_one_curve_per_node_and_direction() -> None:
+    """With a transfer topology every NIC is a link track (20 on configs/hetero_pd.yaml);
+    the throughput plot sums them per node and direction, so its legend stays readable
+    and the curves still carry every byte."""
+    cfg = pdsim.load_config(MTP3.parent / "hetero_pd.yaml", ["workload.num_requests=20"])
+    res = pdsim.simulate(cfg)
+    assert len(res.links) > 8
+    fig = plots.throughput_figure(res)
+    lax = fig.axes[-1]
+    labels = [t.get_text() for t in lax.get_legend().get_texts()]
+    groups = plot_data.link_groups(list(res.links))
+    assert len(labels) == len(groups) <= 6
+    assert sorted(n for names in groups.values() for n in names) == sorted(res.links)
+    for label in labels:
+        node, kind, direction = label.split(" ")[:3]
+        assert node.startswith("node") and kind == "NICs" and direction in ("tx", "rx")
+    # the summed curves hold what the per-NIC tracks hold, bin by bin
+    series = plot_data.run_data(res).series
+    assert series is not None
+    per_nic = sum(np.nan_to_num(t.values["link_gb_per_s"]).sum()
+                  for t in series.of_kind("link"))
+    drawn = sum(np.nan_to_num(p.get_data().values).sum() for p in lax.patches)
+    assert drawn == pytest.approx(per_nic)
+
+
+def test_link_groups_keep_pair_links_and_sum_ports() -> None:
+    assert plot_data.link_groups(["P0->D0", "P0->D1"]) == {"P0->D0": ["P0->D0"],
+                                                         "P0->D1": ["P0->D1"]}
+    assert plot_data.link_groups(
+        ["node0/nic0/tx", "node0/nic1/tx", "node1/nic0/rx", "node0/gpu2/nvlink/tx"]) == {
+        "node0 NICs tx": ["node0/nic0/tx", "node0/nic1/tx"],
+        "node1 NICs rx": ["node1/nic0/rx"],
+        "node0 NVLink tx": ["node0/gpu2/nvlink/tx"]}
+
+
+def test_overlaid_runs_tell_their_link_curves_apart_by_line_style() -> None:
+    """Several runs share a colour per run, so each link curve of a run gets its own line
+    style; otherwise a topology's per-node curves are indistinguishable."""
+    cfg = pdsim.load_config(MTP3.parent / "hetero_pd.yaml", ["workload.num_requests=20"])
+    res = pdsim.simulate(cfg)
+    fig = plots.throughput_figure({"a": res, "b": res})
+    patches = fig.axes[-1].patches
+    assert len(patches) == len(plot_data.link_groups(list(res.links))) == 3
+    assert len({str(p.get_linestyle()) for p in patches}) == 3
+
+
+def test_instance_curves_name_their_pool(tmp_path: Path) -> None:
+    """KV usage of a pools run: the legend says which pool each instance is in, read back
+    from a result folder as from memory."""
+    res = pdsim.simulate(pdsim.load_config(MTP3.parent / "hetero_pd.yaml",
+                                           ["workload.num_requests=20"]))
+    want = ["P0 (p-h100-tp8)", "D0 (d-h200-tp4-fp8kv)", "D1 (d-h200-tp4-fp8kv)",
+            "D2 (d-h100-tp4)"]
+    fig = plots.kv_usage_figure(res)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == want
+    write_run(res, tmp_path)
+    fig = plots.kv_usage_figure(plot_data.read_run_dir(tmp_path))
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == want

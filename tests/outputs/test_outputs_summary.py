@@ -93,3 +93,25 @@ def test_summary_json_holds_the_json_form(mtp3_res: Results, tmp_path: Path) -> 
     assert list(on_disk) == list(live)
     for k, v in live.items():
         assert on_disk[k] == v or (v != v and on_disk[k] is None), k
+
+
+def _printed(summary: dict[str, object]) -> str:
+    from rich.console import Console
+
+    from pdsim.report import summary_table
+
+    console = Console(width=200, record=True)
+    console.print(summary_table(summary))
+    return console.export_text()
+
+
+def test_printed_summary_shows_the_prefix_hit_rate_when_prefixes_are_cached(
+        mtp3_res: Results) -> None:
+    """`pdsim run` prints the prefix cache hit rate, the figure prefix-aware routing and
+    prefix caching are judged by, when the run cached prefixes; not otherwise."""
+    summary = dict(mtp3_res.summary.as_dict())
+    assert math.isnan(summary["prefix_cache_hit_rate"])
+    assert "prefix cache hit rate" not in _printed(summary)
+    summary["prefix_cache_hit_rate"] = 0.4321
+    line = next(ln for ln in _printed(summary).splitlines() if "prefix cache hit rate" in ln)
+    assert line.split()[-1] == "43.2"

@@ -201,11 +201,39 @@ def test_error_lines_are_not_wrapped(tmp_path: Path) -> None:
     ("=3", "", "an override key must be a non-empty dotted path"),
     ("a..b=3", "a..b", "non-empty dotted path"),
     ("seed.x=1", "seed", "is a value (7), not a section"),
-    ("model.layer_groups.5.kind=x", "model.layer_groups.5", "index out of range"),
+    ("model.layer_groups.5.kind=x", "model.layer_groups.5",
+     "model.layer_groups has 1 item(s), model.layer_groups.0 .. model.layer_groups.0; "
+     "there is no item 5"),
 ])
 def test_bad_override(tmp_path: Path, override: str, path: str, phrase: str) -> None:
     code, out, err = error_of(tmp_path, small(), override, command="show-config")
     assert_user_error(code, out, err, path, phrase)
+
+
+HETERO = Path(__file__).resolve().parents[2] / "configs" / "hetero_pd.yaml"
+
+
+@pytest.mark.parametrize(("override", "path", "phrase"), [
+    ("cluster.decode.count=3", "cluster.decode.count",
+     "cluster.decode is a list of 2 item(s): name one by its position, "
+     "e.g. cluster.decode.0.count"),
+    ("cluster.decode.2.count=3", "cluster.decode.2",
+     "cluster.decode has 2 item(s), cluster.decode.0 .. cluster.decode.1; there is no item 2"),
+    ("cluster.decode.2=3", "cluster.decode.2", "there is no item 2"),
+])
+def test_override_into_a_list_of_pools_names_the_positions(
+        override: str, path: str, phrase: str) -> None:
+    """A role's pools are a list: a key that names no item says which positions exist."""
+    code, out, err = run_cli("show-config", str(HETERO), "--set", override)
+    assert_user_error(code, out, err, path, phrase)
+    with pytest.raises(ConfigError) as exc:
+        load_config(HETERO, [override])
+    assert exc.value.path == path
+
+
+def test_override_into_a_list_of_pools_sets_that_pool() -> None:
+    cfg = load_config(HETERO, ["cluster.decode.1.count=3"])
+    assert [p.group.count for p in cfg.cluster.pools()] == [1, 2, 3]
 
 
 # -------------------------------------------------------------- input files
@@ -315,3 +343,18 @@ def test_deeply_nested_yaml_file_is_a_located_error(tmp_path: Path) -> None:
     cfg.write_text("seed: " + "[" * 3000 + "]" * 3000 + "\n")
     with pytest.raises(InputFileError, match="nested too deeply"):
         load_config(cfg)
+
+
+@pytest.mark.parametrize(("instance", "phrases"), [
+    ("D3", ["no instance 'D3'; this cluster has P0 (pool p-h100-tp8); "
+            "D0, D1 (pool d-h200-tp4-fp8kv); D2 (pool d-h100-tp4)"]),
+    ("d-h100-tp4", ["d-h100-tp4 is a pool: an outage names one of its instances, D2"]),
+])
+def test_outage_of_an_unknown_instance_lists_instances_by_pool(
+        instance: str, phrases: list[str]) -> None:
+    """With several pools per role a user cannot guess that D2 is the H100 pool: the
+    error says which instances each pool holds, and a pool's name points at them."""
+    code, out, err = run_cli("show-config", str(HETERO), "--set",
+                             f"faults.instance_outages=[{{instance: {instance}, start_s: 1, "
+                             f"end_s: 2}}]")
+    assert_user_error(code, out, err, "faults.instance_outages.0.instance", *phrases)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sweep_support import MTP3, SMALL
+from sweep_support import MTP3, REPO, SMALL
 from typer.testing import CliRunner
 
 from pdsim.cli import app
@@ -69,6 +69,25 @@ def test_search_cli(tmp_path: Path) -> None:
     assert code == 0 and "highest rate meeting the SLOs" in stdout
     code, _, stderr = _run("search", str(MTP3))
     assert code == 2 and stderr.startswith("error: slo:")
+
+
+@pytest.mark.parametrize(("config", "budget", "message"), [
+    (REPO / "configs" / "hetero_pd.yaml", "32",
+     "error: cluster.decode: a P:D split needs one decode group, not a list of 2 pools"),
+    (MTP3, "1", "error: gpu_budget: 1 GPUs cannot hold one P"),
+])
+def test_search_refuses_a_split_it_cannot_make_before_searching(
+        monkeypatch: pytest.MonkeyPatch, config: Path, budget: str, message: str) -> None:
+    """--gpu-budget errors come before the rate search, not after minutes of it."""
+    import pdsim.search
+
+    def searched(*_a: object, **_k: object) -> None:
+        raise AssertionError("the rate search ran before the split was refused")
+
+    monkeypatch.setattr(pdsim.search, "max_rate_meeting_slo", searched)
+    code, _, stderr = _run("search", str(config), "--set", "slo.ttft_s=0.5",
+                           "--gpu-budget", budget)
+    assert code == 2 and stderr.startswith(message), stderr
 
 
 def test_collect_hands_over_finished_points_on_failure() -> None:

@@ -148,5 +148,9 @@ def test_set_dotted_list_items() -> None:
     data = {"a": [{"b": 1}, {"b": 2}]}
     set_dotted(data, "a.1.b", 5)
     assert data == {"a": [{"b": 1}, {"b": 5}]}
-    with pytest.raises(ConfigError, match="index"):
+    with pytest.raises(ConfigError, match=r"a has 2 item\(s\), a.0 .. a.1; there is no item 7"):
         set_dotted(data, "a.7.b", 1)
+    with pytest.raises(ConfigError, match=r"a is a list of 2 item\(s\): name one by its "
+                                          r"position, e.g. a.0.b") as exc:
+        set_dotted(data, "a.b", 1)
+    assert exc.value.path == "a.b"
