@@ -88,8 +88,10 @@ def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[li
             if prev_end is not None:
                 extra.append(t0 - prev_end)
             prev_end = instances[i].step_end_s[b]
-    for c in counts:
+    for k, c in enumerate(counts):
         np.cumsum(c, out=c)  # c[k]: the segments step k - 1's gap counts for
+        counts[k] = c.astype(np.min_scalar_type(int(c.max()) if len(c) else 0))  # >= 0
+        del c
     total = len(extra) + sum(int(np.count_nonzero(c[1:len(f.step_end_s)]))
                              for f, c in zip(instances, counts, strict=True))
     vals = np.empty(total)
@@ -166,6 +168,25 @@ def _in_value_order(v: np.ndarray, w: np.ndarray, min_size: int = _SORT_RANGE_MI
     return out
 
 
+def _first_reaching(w: np.ndarray, targets: list[int], block: int = _GAP_BLOCK_STEPS
+                    ) -> list[int]:
+    """For each target, the first index whose cumulative weight (``np.cumsum(w)``)
+    reaches it (``len(w)`` if none does): ``np.searchsorted(np.cumsum(w), target)``,
+    without the whole array of cumulative weights (a block's at a time)."""
+    starts = range(0, len(w), block)
+    ends = np.cumsum([int(w[a:a + block].sum()) for a in starts], dtype=np.int64)
+    out = []
+    for t in targets:
+        b = int(np.searchsorted(ends, t, side="left"))
+        if b == len(ends):
+            out.append(len(w))
+            continue
+        before = int(ends[b - 1]) if b else 0
+        inner = np.cumsum(w[starts[b]:starts[b] + block], dtype=np.int64)
+        out.append(starts[b] + int(np.searchsorted(inner, t - before, side="left")))
+    return out
+
+
 def _positions(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """The indices, in order, of the ``v`` strictly between ``lo`` and ``hi`` (equal to
     ``lo`` if ``lo == hi``), tested a block at a time (no mask over all of ``v``)."""
@@ -192,12 +213,10 @@ def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]
     mean = float(_pairwise_sum(lambda s: v[s] * w[s], len(v)) / total)
     std = float(math.sqrt(max(0.0, _pairwise_sum(lambda s: w[s] * (v[s] - mean) ** 2,
                                                   len(v)) / total)))
-    cum = np.cumsum(w, dtype=np.min_scalar_type(int(total)))
     # the lower weighted percentile (the value at or above p% of the mass): on whole
-    # numbers, cum >= x exactly where cum >= ceil(x)
-    pcts = [float(v[min(int(np.searchsorted(cum, math.ceil(p / 100.0 * total),
-                                            side="left")), len(v) - 1)])
-            for p in PERCENTILES]
+    # numbers, a cumulative weight >= x exactly where it is >= ceil(x)
+    pcts = [float(v[min(i, len(v) - 1)])
+            for i in _first_reaching(w, [math.ceil(p / 100.0 * total) for p in PERCENTILES])]
     return LatencyStats(mean, std, *pcts)
 
 

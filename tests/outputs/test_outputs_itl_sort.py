@@ -46,3 +46,15 @@ def test_pairwise_sum_at_a_light_load_runs_size() -> None:
     n = 4_648_179  # the 100k light-load point's engine steps
     v = rng.random(n) * rng.integers(1, 64, n)
     assert metrics._pairwise_sum(lambda s: v[s], n) == float(v.sum())
+
+
+@settings(max_examples=200, deadline=None)
+@given(weights=st.lists(st.integers(1, 255), min_size=1, max_size=300),
+       block=st.integers(1, 64), data=st.data())
+def test_first_reaching_is_searchsorted_on_the_cumulative_sum(
+        weights: list[int], block: int, data: st.DataObject) -> None:
+    w = np.asarray(weights, dtype=np.uint8)
+    cum = np.cumsum(w, dtype=np.int64)
+    targets = data.draw(st.lists(st.integers(0, int(cum[-1]) + 3), max_size=8))
+    want = [int(np.searchsorted(cum, t, side="left")) for t in targets]
+    assert metrics._first_reaching(w, targets, block) == want
