@@ -21,6 +21,7 @@ requests, the difference over HI - LO).
     .venv/bin/python benchmarks/engine_scale.py --instructions
     .venv/bin/python benchmarks/engine_scale.py --million --only 1000000 --name engine_scale_1m
     .venv/bin/python benchmarks/engine_scale.py --record-steps full --only 100000
+    .venv/bin/python benchmarks/engine_scale.py --light 300000 --only 300000 --name scale_300k
 
 Writes ``results/engine_scale.csv`` and ``results/engine_scale.txt`` (``--name``: others).
 """
@@ -52,8 +53,9 @@ def extra(record_steps: str) -> list[str]:
             f"engine.record_steps={record_steps}"]
 
 
-def points(million: bool, only: list[int]) -> list[tuple[str, int]]:
-    light = [1_000, 10_000, 100_000] + ([1_000_000] if million else [])
+def points(million: bool, only: list[int], light_extra: tuple[int, ...] = ()
+           ) -> list[tuple[str, int]]:
+    light = sorted({1_000, 10_000, 100_000, *light_extra, *([1_000_000] if million else [])})
     out = [("light", n) for n in light] + [("heavy", n) for n in (1_000, 10_000, 100_000)]
     return [(load, n) for load, n in out if not only or n in only]
 
@@ -94,6 +96,9 @@ def main() -> None:
     ap.add_argument("--million", action="store_true", help="add 1M requests at light load")
     ap.add_argument("--only", type=int, action="append", default=[], metavar="N",
                     help="run only the points with N requests (repeatable)")
+    ap.add_argument("--light", type=int, action="append", default=[], metavar="N",
+                    help="add a light-load point of N requests (repeatable; with --only N "
+                         "to run it alone), e.g. 300000 for the slope from 100k")
     ap.add_argument("--record-steps", choices=("aggregates", "full"), default="aggregates")
     ap.add_argument("--instructions", action="store_true",
                     help="also count instructions per request with valgrind's callgrind")
@@ -107,7 +112,7 @@ def main() -> None:
     rows = []
     print(f"{'load':>6} {'requests':>9} {'wall s':>8} {'cpu s':>8} {'steps':>9} "
           f"{'bare s':>7} {'ratio':>6} {'cpu ratio':>9} {'peak MiB':>9} {'KiB/req':>8}")
-    for load, n in points(args.million, args.only):
+    for load, n in points(args.million, args.only, tuple(args.light)):
         r = measure(n, OUTPUT_TOKENS, LOADS[load], extra(args.record_steps))
         r.update(load=load, rate_per_s=LOADS[load], record_steps=args.record_steps,
                  rss_per_request_kb=(r["peak_rss_mb"] - r["baseline_rss_mb"]) * 1024 / n)

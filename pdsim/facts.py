@@ -60,11 +60,18 @@ class StepColumns:
         counts = {k: to_counts(log[:, STEP_COLUMNS.index(k)], k) for k in COUNT_COLUMNS[mode]}
         return cls(mode, end, gaps, log[gaps, 0].copy(), counts)
 
-    def start_s(self) -> np.ndarray:
-        """Every step's start (built from the end times and the gaps)."""
-        start = np.empty_like(self.end_s)
-        start[1:] = self.end_s[:-1]
-        start[self.gap_steps] = self.gap_start_s
+    def start_s(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Every step's start (built from the end times and the gaps), or those of steps
+        ``lo`` to ``hi`` (exclusive)."""
+        end = self.end_s
+        hi = len(end) if hi is None else hi
+        start = np.empty(hi - lo)
+        start[1:] = end[lo:hi - 1]
+        if 0 < lo < hi:
+            start[0] = end[lo - 1]
+        gaps = self.gap_steps
+        a, b = np.searchsorted(gaps, (lo, hi))
+        start[gaps[a:b] - lo] = self.gap_start_s[a:b]
         return start
 
     def duration_s(self) -> np.ndarray:

@@ -12,12 +12,12 @@ Pure functions of the per-request records and the instances' step facts:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pdsim.facts import InstanceFacts
+from pdsim.facts import InstanceFacts, StepColumns
 from pdsim.summary import (
     PERCENTILES,
     InstanceSummary,
@@ -59,13 +59,18 @@ def _stats(values: np.ndarray) -> LatencyStats:
 
 
 # steps whose gaps are taken at a time (bounds the temporary arrays at any run length)
-_GAP_BLOCK_STEPS = 1 << 20
+_GAP_BLOCK_STEPS = 1 << 18
+# the ITL sort: gaps below this many sorted at once, above it a range of values at a time
+_SORT_RANGE_MIN = 1 << 16
+_SORT_RANGES = 16
+# the ITL mean and std: terms summed a piece of this many gaps at a time
+_SUM_LEAF = 1 << 16
 
 
 def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
                      ) -> tuple[np.ndarray, np.ndarray]:
     """The inter-chunk gaps as (gap values, multiplicities), without per-chunk lists: each
-    instance's step gaps that some request saw (a positive multiplicity, int32), in
+    instance's step gaps that some request saw (a positive multiplicity, unsigned), in
     instance and step order, then the gaps across a preemption.
 
     Within a segment a request emits a chunk every step, so step k's gap counts once for
@@ -83,12 +88,16 @@ def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[li
             if prev_end is not None:
                 extra.append(t0 - prev_end)
             prev_end = instances[i].step_end_s[b]
-    for c in counts:
+    for k, c in enumerate(counts):
         np.cumsum(c, out=c)  # c[k]: the segments step k - 1's gap counts for
+        counts[k] = c.astype(np.min_scalar_type(int(c.max()) if len(c) else 0))  # >= 0
+        del c
     total = len(extra) + sum(int(np.count_nonzero(c[1:len(f.step_end_s)]))
                              for f, c in zip(instances, counts, strict=True))
     vals = np.empty(total)
-    wts = np.empty(total, dtype=np.int32)
+    # the multiplicities in the narrowest unsigned type that holds them (one byte, mostly)
+    most = max([1, *(int(c.max()) for c in counts if len(c))])
+    wts = np.empty(total, dtype=np.min_scalar_type(most))
     pos = 0
     for k, f in enumerate(instances):
         ends, mult = f.step_end_s, counts[k]
@@ -106,6 +115,89 @@ def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[li
     return vals, wts
 
 
+def _pairwise_sum(term: Callable[[slice], np.ndarray], n: int, leaf: int = _SUM_LEAF
+                  ) -> float:
+    """``term(slice(0, n)).sum()`` bit for bit, a piece of at most ``leaf`` at a time:
+    numpy sums a contiguous array of doubles pairwise (two halves, the first a multiple
+    of 8 long, down to blocks of 128), so summing the same halves gives the same rounding
+    without the whole array of terms (a test checks it against numpy's own sum). Below
+    128 numpy's blocks are not halves: ``leaf`` is at least that."""
+    assert leaf >= 128
+    if n <= leaf:
+        return float(np.add.reduce(term(slice(0, n)), initial=0.0))
+
+    def part(lo: int, hi: int) -> float:
+        if hi - lo <= leaf:
+            return float(np.add.reduce(term(slice(lo, hi)), initial=0.0))
+        half = (hi - lo) // 2
+        half -= half % 8
+        return part(lo, lo + half) + part(lo + half, hi)
+
+    return part(0, n)
+
+
+def _in_value_order(v: np.ndarray, w: np.ndarray, min_size: int = _SORT_RANGE_MIN,
+                    ranges: int = _SORT_RANGES) -> np.ndarray:
+    """``w`` ordered as a stable sort orders ``v`` (``w[np.argsort(v, kind="stable")]``),
+    a range of values at a time, so no index over all of ``v`` (8 bytes a gap) is held:
+    the ranges lie between values sampled from ``v``, each sampled value a range of its
+    own (its gaps in their order, no sort)."""
+    n = len(v)
+    if n <= min_size or math.isnan(float(v.min())):  # NaN: the plain way
+        return w[np.argsort(v, kind="stable")]
+    sample = np.sort(v[::max(1, n // (64 * ranges))])
+    cuts = np.unique(sample[np.linspace(0, len(sample) - 1, ranges + 1,
+                                        dtype=np.intp)])
+    out = np.empty_like(w)
+    pos = 0
+
+    def put(part: np.ndarray) -> None:
+        nonlocal pos
+        out[pos:pos + len(part)] = part
+        pos += len(part)
+
+    lo = -math.inf
+    for cut in [*cuts.tolist(), math.inf]:
+        idx = _positions(v, lo, cut)
+        put(w[idx[np.argsort(v[idx], kind="stable")]])
+        del idx
+        if cut != math.inf:
+            put(w[_positions(v, cut, cut)])
+        lo = cut
+    assert pos == n
+    return out
+
+
+def _first_reaching(w: np.ndarray, targets: list[int], block: int = _GAP_BLOCK_STEPS
+                    ) -> list[int]:
+    """For each target, the first index whose cumulative weight (``np.cumsum(w)``)
+    reaches it (``len(w)`` if none does): ``np.searchsorted(np.cumsum(w), target)``,
+    without the whole array of cumulative weights (a block's at a time)."""
+    starts = range(0, len(w), block)
+    ends = np.cumsum([int(w[a:a + block].sum()) for a in starts], dtype=np.int64)
+    out = []
+    for t in targets:
+        b = int(np.searchsorted(ends, t, side="left"))
+        if b == len(ends):
+            out.append(len(w))
+            continue
+        before = int(ends[b - 1]) if b else 0
+        inner = np.cumsum(w[starts[b]:starts[b] + block], dtype=np.int64)
+        out.append(starts[b] + int(np.searchsorted(inner, t - before, side="left")))
+    return out
+
+
+def _positions(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """The indices, in order, of the ``v`` strictly between ``lo`` and ``hi`` (equal to
+    ``lo`` if ``lo == hi``), tested a block at a time (no mask over all of ``v``)."""
+    parts = []
+    for at in range(0, len(v), _GAP_BLOCK_STEPS):
+        block = v[at:at + _GAP_BLOCK_STEPS]
+        inside = block == lo if lo == hi else (block > lo) & (block < hi)
+        parts.append(np.flatnonzero(inside) + at)
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.intp)
+
+
 def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
               ) -> LatencyStats:
     """ITL statistics: the mean, std and lower weighted ``PERCENTILES`` of the gaps of
@@ -114,19 +206,17 @@ def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]
     v, w = itl_distribution(instances, segments)
     if not len(v):
         return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
-    w = w.astype(np.min_scalar_type(int(w.max())))  # usually one byte a gap
-    order = np.argsort(v, kind="stable")
-    w = w[order]
-    del order
-    v.sort()  # the same values as v[order], sorted in place
+    w = _in_value_order(v, w)
+    v.sort()  # the same values a stable sort gives, sorted in place
     # weights are whole numbers: their sums are exact in doubles and in integers alike
     total = float(w.sum())
-    mean = float((v * w).sum() / total)
-    std = float(math.sqrt(max(0.0, (w * (v - mean) ** 2).sum() / total)))
-    cum = np.cumsum(w, dtype=np.float64)
-    # the lower weighted percentile (the value at or above p% of the mass)
-    pcts = [float(v[min(int(np.searchsorted(cum, p / 100.0 * total, side="left")), len(v) - 1)])
-            for p in PERCENTILES]
+    mean = float(_pairwise_sum(lambda s: v[s] * w[s], len(v)) / total)
+    std = float(math.sqrt(max(0.0, _pairwise_sum(lambda s: w[s] * (v[s] - mean) ** 2,
+                                                  len(v)) / total)))
+    # the lower weighted percentile (the value at or above p% of the mass): on whole
+    # numbers, a cumulative weight >= x exactly where it is >= ceil(x)
+    pcts = [float(v[min(i, len(v) - 1)])
+            for i in _first_reaching(w, [math.ceil(p / 100.0 * total) for p in PERCENTILES])]
     return LatencyStats(mean, std, *pcts)
 
 
@@ -256,6 +346,21 @@ def _slo(col: dict[str, np.ndarray], finished: np.ndarray, duration: float,
     )
 
 
+def _step_weighted_mean(steps: StepColumns, name: str, horizon_s: float,
+                        divisor: int | None = None) -> float:
+    """``time_weighted_mean`` of step column ``name`` (divided by ``divisor``) bit for
+    bit, its terms built and summed a piece at a time: a light-load run has millions of
+    steps, and the whole-run arrays of starts, lengths and terms would be its peak."""
+    values, end = steps.column(name), steps.end_s
+
+    def held(s: slice) -> np.ndarray:
+        v = values[s] if divisor is None else values[s] / divisor
+        out: np.ndarray = v * (end[s] - steps.start_s(s.start, s.stop))
+        return out
+
+    return _pairwise_sum(held, len(steps)) / horizon_s
+
+
 def _instances(instances: list[InstanceFacts]) -> dict[str, InstanceSummary]:
     """Per instance, time-weighted over the run's horizon (the last step end)."""
     horizon = max((float(f.step_end_s[-1]) for f in instances if len(f.step_end_s)),
@@ -264,11 +369,9 @@ def _instances(instances: list[InstanceFacts]) -> dict[str, InstanceSummary]:
     for f in instances:
         steps = f.steps
         kv = running = 0.0
-        if len(steps):
-            start, end = steps.start_s(), steps.end_s
-            kv = time_weighted_mean(start, end, steps.column("kv_used_blocks") / f.num_blocks,
-                                    horizon)
-            running = time_weighted_mean(start, end, steps.column("running"), horizon)
+        if len(steps) and horizon > 0:
+            kv = _step_weighted_mean(steps, "kv_used_blocks", horizon, f.num_blocks)
+            running = _step_weighted_mean(steps, "running", horizon)
         per_inst[f.name] = InstanceSummary(
             role=f.role, steps=len(f.step_end_s),
             busy_fraction=f.busy_s / horizon if horizon > 0 else 0.0,

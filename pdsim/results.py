@@ -165,8 +165,11 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
     for snap in snapshots:
         for rid, row in snap.live_rows.items():
             live[rid] = (snap, row)
+    # a finished run hands its requests' segment lists and acceptance table over; one
+    # still going (or with rows still decoding) copies them
+    done = sim.done and not live
     for r in reqs:
-        segments[r.id] = list(r.segments)
+        segments[r.id] = r.segments if done else list(r.segments)
         if r.id in live:
             snap, row = live[r.id]
             last = len(snap.facts.step_end_s) - 1
@@ -212,8 +215,8 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
         "num_drafts": col("num_drafts", np.int64),
         "num_draft_tokens": col("num_draft_tokens", np.int64),
         "num_accepted_tokens": col("num_accepted_tokens", np.int64),
-        "accepted_per_pos": (np.stack([r.accepted_per_pos for r in reqs]) if n
-                             else np.zeros((0, nspec), dtype=np.int64)),
+        # the simulation's table, a row per request (a copy while the run goes on)
+        "accepted_per_pos": sim.accepted_per_pos if done else sim.accepted_per_pos.copy(),
         "prefix_hit_tokens": col("prefix_hit_tokens", np.int64),
     }
     for rid, (_, row) in live.items():

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable, Sequence
 from itertools import count
 
+import numpy as np
 import simpy
 
 from pdsim.config import InstanceGroupConfig, Role, SimConfig
@@ -80,11 +81,17 @@ class Simulation:
         self.network = make_network(self.env, config, placed)
         n_spec = config.speculative.num_speculative_tokens
         hashes = self.specs.hash_ids
+        # drafts accepted at each position, a row per request (the records' column)
+        self.accepted_per_pos = np.zeros((len(self.specs), n_spec), dtype=np.int64)
+        # token counts repeat: one int object per distinct count, not one per request
+        prompts = self.specs.prompt_tokens.tolist()
+        outputs = self.specs.output_tokens.tolist()
+        ints: dict[int, int] = {}
         self.requests = [
-            Request(i, float(self.specs.arrival_s[i]), int(self.specs.prompt_tokens[i]),
-                    int(self.specs.output_tokens[i]), n_spec,
-                    hashes[i] if hashes is not None else None)
-            for i in range(len(self.specs))
+            Request(i, arrival, ints.setdefault(prompts[i], prompts[i]),
+                    ints.setdefault(outputs[i], outputs[i]), n_spec,
+                    hashes[i] if hashes is not None else None, self.accepted_per_pos)
+            for i, arrival in enumerate(self.specs.arrival_s.tolist())
         ]
         self.num_done = 0
         self._next_release = 0
@@ -380,6 +387,7 @@ class Simulation:
         """``req`` emitted its last token (at ``at_s``, default now)."""
         req.status = Status.FINISHED
         req.finish_s = self.env.now if at_s is None else at_s
+        req.kv_params = None  # the hand-over is over: nothing reads it again
         self._terminal(req)
 
     def fail(self, req: Request, reason: str) -> None:

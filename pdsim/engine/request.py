@@ -43,7 +43,8 @@ class Request:
     """
 
     __slots__ = (
-        "accepted_per_pos",
+        "_accepted",
+        "_accepted_row",
         "arrival_s",
         "attempts",
         "d_first_local",
@@ -86,7 +87,8 @@ class Request:
     )
 
     def __init__(self, rid: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
-                 num_spec: int, hash_ids: tuple[int, ...] | None = None) -> None:
+                 num_spec: int, hash_ids: tuple[int, ...] | None = None,
+                 accepted: np.ndarray | None = None) -> None:
         self.id = rid
         self.arrival_s = arrival_s
         self.prompt_tokens = prompt_tokens
@@ -109,7 +111,23 @@ class Request:
         self.num_drafts = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
-        self.accepted_per_pos = np.zeros(num_spec, dtype=np.int64)
+        # drafts accepted at each position: row ``rid`` of the simulation's table (one 2-D
+        # array for every request, not an array each), or a row of its own
+        if accepted is None:
+            self._accepted = np.zeros((1, num_spec), dtype=np.int64)
+            self._accepted_row = 0
+        else:
+            self._accepted = accepted
+            self._accepted_row = rid
+
+    @property
+    def accepted_per_pos(self) -> np.ndarray:
+        """Drafts accepted at each position (a view of its row: ``+=`` adds in place)."""
+        return self._accepted[self._accepted_row]  # type: ignore[no-any-return]
+
+    @accepted_per_pos.setter
+    def accepted_per_pos(self, value: np.ndarray) -> None:
+        self._accepted[self._accepted_row] = value
 
     def start_attempt(self) -> None:
         """Clear the working state and the per-hop facts: the request (again) starts at
