@@ -92,10 +92,10 @@ class DecodeRun:
         self.finish_step = widen(finish_step, cap, window)
         self.held_at_start = widen(inst.rows.blocks_held[:count], cap)
         # blocks the unfinished columns held
-        self.held_alive = int(self.held_at_start[:count].sum())
+        self.held_alive = int(np.add.reduce(self.held_at_start[:count]))
         self.alive_cols = count
         # blocks the columns may still take, reserved against what is admitted mid-run
-        self.reserve = int(ahead.blocks_needed[steps - 1].sum()) - self.held_alive
+        self.reserve = int(np.add.reduce(ahead.blocks_needed[steps - 1])) - self.held_alive
         # finishing steps, each with its columns (highest first, as step by step)
         self._finishes: dict[int, list[int]] = {}
         for s in np.flatnonzero(finish_step < steps)[::-1].tolist():
@@ -184,9 +184,10 @@ class DecodeRun:
         self._chunks = []
         for req, n in joined:  # prompts completed by a mixed step come first, as step by step
             inst.scheduler.complete_chunk(req, n, self.first_step + j, now)
-        finished = j in self._finishes
-        if finished:
-            for s in self._finishes[j]:
+        finishing = self._finishes.get(j)
+        finished = finishing is not None
+        if finishing is not None:
+            for s in finishing:
                 self._finish_row(s, j)
         before = self._state()
         ok = True
@@ -275,9 +276,9 @@ class DecodeRun:
             return False
         # its finishing step counted from its first, and the steps it decodes
         finish_in, live = row.finish_step, len(row.context_at_start)
-        held = int(inst.rows.blocks_held[col])
+        held = inst.rows.blocks_held.item(col)
         steps_new = min(self.max_steps, max(self.num_steps, first + finish_in + 1))
-        grow = int(row.blocks_needed[min(steps_new - 1 - first, live - 1)]) - held
+        grow = row.blocks_needed.item(min(steps_new - 1 - first, live - 1)) - held
         if grow > inst.pool.num_free - self.reserve:
             return False
         # the column, from its first step
@@ -351,7 +352,7 @@ class DecodeRun:
         armed for the old times are void."""
         m = self.num_steps
         ends = self.ends_rel
-        if ends[m - 1] > self.fault_in:
+        if ends.item(m - 1) > self.fault_in:
             self.num_steps = m = max(self.reached + 1, int(ends[:m].searchsorted(
                 self.fault_in, side="right")))
         self.ends = ends[:m] + self.start_s
@@ -417,14 +418,13 @@ class DecodeRun:
         # still running after step j
         alive = decoding & (inst.run_steps[:m] < self.finish_step[:cols])
         log = np.empty((m, 8))
-        log[:, 1] = self.ends_rel[:m]
-        log[:, 1] += self.start_s
+        np.add(self.ends_rel[:m], self.start_s, out=log[:, 1])
         log[0, 0] = self.start_s
         log[1:, 0] = log[:-1, 1]
         log[:, 2] = self.prefill[:m]
         log[:, 3] = self.rows_decoding[:m]
-        log[:, 4] = (self.blocks_needed[:m, :cols] * alive).sum(axis=1)
-        log[:, 5] = alive.sum(axis=1)
+        log[:, 4] = np.add.reduce(self.blocks_needed[:m, :cols] * alive, axis=1)
+        log[:, 5] = np.add.reduce(alive, axis=1)
         # each step logs the state after the last boundary acted at before it, or the state
         # before acting if its own boundary was one
         snaps = [sn for sn in self._snaps if sn[0] < m]
