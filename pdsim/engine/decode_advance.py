@@ -119,8 +119,8 @@ def run_may_start(rows: DecodeRows, count: int) -> bool:
     drafter's KV) and while stale weights decay."""
     draft = rows.draft
     n = draft.num_spec_tokens
-    short = rows.reprefill_cache_valid[:count] < n - 1
-    if draft.multi_module and bool(np.logical_or.reduce(short)):
+    if draft.multi_module and bool(np.logical_or.reduce(
+            rows.reprefill_cache_valid[:count] < n - 1)):
         return False
     return not (n and draft.decay_tokens is not None
                 and bool(np.logical_or.reduce(rows.stale_weight[:count], axis=None)))

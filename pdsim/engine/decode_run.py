@@ -443,6 +443,8 @@ def widen(arr: np.ndarray, cols: int, fill: int = 0) -> np.ndarray:
     """``arr`` (columns, or steps x columns) in an array of ``cols`` columns, the rest
     ``fill``: room for joining columns."""
     shape = (*arr.shape[:-1], cols)
-    out = np.full(shape, fill, dtype=arr.dtype) if fill else np.zeros(shape, dtype=arr.dtype)
+    out = np.empty(shape, dtype=arr.dtype) if fill else np.zeros(shape, dtype=arr.dtype)
+    if fill:
+        out.fill(fill)
     out[..., : arr.shape[-1]] = arr
     return out
