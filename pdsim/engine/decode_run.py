@@ -99,7 +99,7 @@ class DecodeRun:
         # finishing steps, each with its columns (highest first, as step by step)
         self._finishes: dict[int, list[int]] = {}
         for s in np.flatnonzero(finish_step < steps)[::-1].tolist():
-            self._finishes.setdefault(int(finish_step[s]), []).append(s)
+            self._finishes.setdefault(finish_step.item(s), []).append(s)
         self._finish_steps = sorted(self._finishes)
         self._chunks: list[tuple[Request, int]] = []  # admitted for step cur + 1
         self.finished_rows: list[int] = []
@@ -116,9 +116,10 @@ class DecodeRun:
         self.dirty = steps
         self.poked = False
         self._wakeups: dict[int, StepEnd] = {}
-        # queue depths, blocks held outside the columns and running requests that are not
-        # decoding columns, for the step log: at the start, then (boundary, before
-        # acting, after acting) at each boundary reached
+        # blocks held outside the columns, running requests that are not decoding columns
+        # and the queue depths (the step log's last four columns, less the columns' own
+        # share): at the start, then (boundary, before acting, after acting) at each
+        # boundary reached
         self._state0 = self._state()
         self._snaps: list[tuple[int, tuple[int, int, int, int], tuple[int, int, int, int]]] = []
         self.fault_in = inst.cluster.next_fault_after(self.start_s) - self.start_s
@@ -215,8 +216,8 @@ class DecodeRun:
 
     def _state(self) -> tuple[int, int, int, int]:
         inst = self.inst
-        return (len(inst.waiting), len(inst.receiving), inst.pool.num_used - self.held_alive,
-                len(inst.running) - self.alive_cols)
+        return (inst.pool.num_used - self.held_alive, len(inst.running) - self.alive_cols,
+                len(inst.waiting), len(inst.receiving))
 
     # ------------------------------------------------------------ acting
 
@@ -423,8 +424,6 @@ class DecodeRun:
         log[1:, 0] = log[:-1, 1]
         log[:, 2] = self.prefill[:m]
         log[:, 3] = self.rows_decoding[:m]
-        log[:, 4] = np.add.reduce(self.blocks_needed[:m, :cols] * alive, axis=1)
-        log[:, 5] = np.add.reduce(alive, axis=1)
         # each step logs the state after the last boundary acted at before it, or the state
         # before acting if its own boundary was one
         snaps = [sn for sn in self._snaps if sn[0] < m]
@@ -433,9 +432,9 @@ class DecodeRun:
         state = afters[np.searchsorted(js, inst.run_steps[:m, 0], side="left")]
         if snaps:
             state[js] = [sn[1] for sn in snaps]
-        log[:, 4] += state[:, 2]
-        log[:, 5] += state[:, 3]
-        log[:, 6:8] = state[:, :2]
+        state[:, 0] += np.add.reduce(self.blocks_needed[:m, :cols] * alive, axis=1)
+        state[:, 1] += np.add.reduce(alive, axis=1)
+        log[:, 4:8] = state
         inst.steps.add_block(log)
 
 
