@@ -39,6 +39,9 @@ class RowSnapshot:
     segment_first_step: int
 
 
+_FEW_ROWS = 8  # up to this many rows, a run's per-position counts take one operation
+
+
 class DecodeRows:
     """Per-row decode arrays of an instance (``capacity`` rows; ``count`` in use)."""
 
@@ -196,9 +199,15 @@ class DecodeRows:
         took = np.add.reduce(decoding, axis=0, dtype=np.int64)
         self.drafts[:cols] += took
         self.accepted_tokens[:cols] += np.add.reduce(accepted_then, axis=0)
-        # drafts accepted at position i: the steps with a > i, every position at once
-        self.accepted_per_pos[:cols, :n] += np.add.reduce(
-            accepted_then[:, :, None] > self.draft_positions, axis=0)
+        # drafts accepted at position i: the steps with a > i (few rows: every position in
+        # one operation; many: one position at a time, contiguous reductions cost less)
+        per_pos = self.accepted_per_pos
+        if cols <= _FEW_ROWS:
+            per_pos[:cols, :n] += np.add.reduce(
+                accepted_then[:, :, None] > self.draft_positions, axis=0)
+        else:
+            for i in range(n):
+                per_pos[:cols, i] += np.add.reduce(accepted_then > i, axis=0)
         if self.draft.multi_module:
             assert last_accepted is not None
             np.copyto(self.rejected_last_step[:cols], n - last_accepted, where=took > 0)
