@@ -119,10 +119,11 @@ def run_may_start(rows: DecodeRows, count: int) -> bool:
     drafter's KV) and while stale weights decay."""
     draft = rows.draft
     n = draft.num_spec_tokens
-    if draft.multi_module and bool((rows.reprefill_cache_valid[:count] < n - 1).any()):
+    if draft.multi_module and bool(np.logical_or.reduce(
+            rows.reprefill_cache_valid[:count] < n - 1)):
         return False
     return not (n and draft.decay_tokens is not None
-                and bool(rows.stale_weight[:count].any()))
+                and bool(np.logical_or.reduce(rows.stale_weight[:count], axis=None)))
 
 
 def row_may_run(rows: DecodeRows, row: int) -> bool:

@@ -39,6 +39,9 @@ class RowSnapshot:
     segment_first_step: int
 
 
+_FEW_ROWS = 8  # up to this many rows, a run's per-position counts take one operation
+
+
 class DecodeRows:
     """Per-row decode arrays of an instance (``capacity`` rows; ``count`` in use)."""
 
@@ -196,9 +199,15 @@ class DecodeRows:
         took = np.add.reduce(decoding, axis=0, dtype=np.int64)
         self.drafts[:cols] += took
         self.accepted_tokens[:cols] += np.add.reduce(accepted_then, axis=0)
+        # drafts accepted at position i: the steps with a > i (few rows: every position in
+        # one operation; many: one position at a time, contiguous reductions cost less)
         per_pos = self.accepted_per_pos
-        for i in range(n):  # drafts accepted at position i: the steps with a > i
-            per_pos[:cols, i] += np.add.reduce(accepted_then > i, axis=0)
+        if cols <= _FEW_ROWS:
+            per_pos[:cols, :n] += np.add.reduce(
+                accepted_then[:, :, None] > self.draft_positions, axis=0)
+        else:
+            for i in range(n):
+                per_pos[:cols, i] += np.add.reduce(accepted_then > i, axis=0)
         if self.draft.multi_module:
             assert last_accepted is not None
             np.copyto(self.rejected_last_step[:cols], n - last_accepted, where=took > 0)
@@ -213,14 +222,15 @@ class DecodeRows:
     def settle(self, req: Request, last_step: int, instance_index: int) -> None:
         """Copy ``req``'s row counters into it (its last step in the row given)."""
         s = req.slot
-        if last_step >= self.segment_first_step[s]:
-            req.segments.append([instance_index, int(self.segment_first_step[s]), last_step])
-        req.num_output = int(self.output_tokens[s])
-        nd = int(self.drafts[s])
+        first = self.segment_first_step.item(s)
+        if last_step >= first:
+            req.segments.append([instance_index, first, last_step])
+        req.num_output = self.output_tokens.item(s)
+        nd = self.drafts.item(s)
         n = self.draft.num_spec_tokens
         req.num_drafts += nd
         req.num_draft_tokens += nd * n
-        req.num_accepted_tokens += int(self.accepted_tokens[s])
+        req.num_accepted_tokens += self.accepted_tokens.item(s)
         if n:
             req.accepted_per_pos += self.accepted_per_pos[s, :n]
 
@@ -255,8 +265,13 @@ class DecodeRows:
         if moves:
             dst = [i for i, _ in moves]
             src = [r for _, r in moves]
-            for arr in self._arrays:
-                arr[dst] = arr[src]
+            if len(moves) == 1:  # one row moves: plain indexing, no index arrays
+                to, fro = moves[0]
+                for arr in self._arrays:
+                    arr[to] = arr[fro]
+            else:
+                for arr in self._arrays:
+                    arr[dst] = arr[src]
             moved = [of_row[r] for r in src]
             for i, req in zip(dst, moved, strict=True):
                 assert req is not None

@@ -92,14 +92,14 @@ class DecodeRun:
         self.finish_step = widen(finish_step, cap, window)
         self.held_at_start = widen(inst.rows.blocks_held[:count], cap)
         # blocks the unfinished columns held
-        self.held_alive = int(self.held_at_start[:count].sum())
+        self.held_alive = int(np.add.reduce(self.held_at_start[:count]))
         self.alive_cols = count
         # blocks the columns may still take, reserved against what is admitted mid-run
-        self.reserve = int(ahead.blocks_needed[steps - 1].sum()) - self.held_alive
+        self.reserve = int(np.add.reduce(ahead.blocks_needed[steps - 1])) - self.held_alive
         # finishing steps, each with its columns (highest first, as step by step)
         self._finishes: dict[int, list[int]] = {}
         for s in np.flatnonzero(finish_step < steps)[::-1].tolist():
-            self._finishes.setdefault(int(finish_step[s]), []).append(s)
+            self._finishes.setdefault(finish_step.item(s), []).append(s)
         self._finish_steps = sorted(self._finishes)
         self._chunks: list[tuple[Request, int]] = []  # admitted for step cur + 1
         self.finished_rows: list[int] = []
@@ -116,9 +116,10 @@ class DecodeRun:
         self.dirty = steps
         self.poked = False
         self._wakeups: dict[int, StepEnd] = {}
-        # queue depths, blocks held outside the columns and running requests that are not
-        # decoding columns, for the step log: at the start, then (boundary, before
-        # acting, after acting) at each boundary reached
+        # blocks held outside the columns, running requests that are not decoding columns
+        # and the queue depths (the step log's last four columns, less the columns' own
+        # share): at the start, then (boundary, before acting, after acting) at each
+        # boundary reached
         self._state0 = self._state()
         self._snaps: list[tuple[int, tuple[int, int, int, int], tuple[int, int, int, int]]] = []
         self.fault_in = inst.cluster.next_fault_after(self.start_s) - self.start_s
@@ -184,9 +185,10 @@ class DecodeRun:
         self._chunks = []
         for req, n in joined:  # prompts completed by a mixed step come first, as step by step
             inst.scheduler.complete_chunk(req, n, self.first_step + j, now)
-        finished = j in self._finishes
-        if finished:
-            for s in self._finishes[j]:
+        finishing = self._finishes.get(j)
+        finished = finishing is not None
+        if finishing is not None:
+            for s in finishing:
                 self._finish_row(s, j)
         before = self._state()
         ok = True
@@ -214,8 +216,8 @@ class DecodeRun:
 
     def _state(self) -> tuple[int, int, int, int]:
         inst = self.inst
-        return (len(inst.waiting), len(inst.receiving), inst.pool.num_used - self.held_alive,
-                len(inst.running) - self.alive_cols)
+        return (inst.pool.num_used - self.held_alive, len(inst.running) - self.alive_cols,
+                len(inst.waiting), len(inst.receiving))
 
     # ------------------------------------------------------------ acting
 
@@ -275,9 +277,9 @@ class DecodeRun:
             return False
         # its finishing step counted from its first, and the steps it decodes
         finish_in, live = row.finish_step, len(row.context_at_start)
-        held = int(inst.rows.blocks_held[col])
+        held = inst.rows.blocks_held.item(col)
         steps_new = min(self.max_steps, max(self.num_steps, first + finish_in + 1))
-        grow = int(row.blocks_needed[min(steps_new - 1 - first, live - 1)]) - held
+        grow = row.blocks_needed.item(min(steps_new - 1 - first, live - 1)) - held
         if grow > inst.pool.num_free - self.reserve:
             return False
         # the column, from its first step
@@ -351,7 +353,7 @@ class DecodeRun:
         armed for the old times are void."""
         m = self.num_steps
         ends = self.ends_rel
-        if ends[m - 1] > self.fault_in:
+        if ends.item(m - 1) > self.fault_in:
             self.num_steps = m = max(self.reached + 1, int(ends[:m].searchsorted(
                 self.fault_in, side="right")))
         self.ends = ends[:m] + self.start_s
@@ -417,14 +419,11 @@ class DecodeRun:
         # still running after step j
         alive = decoding & (inst.run_steps[:m] < self.finish_step[:cols])
         log = np.empty((m, 8))
-        log[:, 1] = self.ends_rel[:m]
-        log[:, 1] += self.start_s
+        np.add(self.ends_rel[:m], self.start_s, out=log[:, 1])
         log[0, 0] = self.start_s
         log[1:, 0] = log[:-1, 1]
         log[:, 2] = self.prefill[:m]
         log[:, 3] = self.rows_decoding[:m]
-        log[:, 4] = (self.blocks_needed[:m, :cols] * alive).sum(axis=1)
-        log[:, 5] = alive.sum(axis=1)
         # each step logs the state after the last boundary acted at before it, or the state
         # before acting if its own boundary was one
         snaps = [sn for sn in self._snaps if sn[0] < m]
@@ -433,9 +432,9 @@ class DecodeRun:
         state = afters[np.searchsorted(js, inst.run_steps[:m, 0], side="left")]
         if snaps:
             state[js] = [sn[1] for sn in snaps]
-        log[:, 4] += state[:, 2]
-        log[:, 5] += state[:, 3]
-        log[:, 6:8] = state[:, :2]
+        state[:, 0] += np.add.reduce(self.blocks_needed[:m, :cols] * alive, axis=1)
+        state[:, 1] += np.add.reduce(alive, axis=1)
+        log[:, 4:8] = state
         inst.steps.add_block(log)
 
 
@@ -443,6 +442,8 @@ def widen(arr: np.ndarray, cols: int, fill: int = 0) -> np.ndarray:
     """``arr`` (columns, or steps x columns) in an array of ``cols`` columns, the rest
     ``fill``: room for joining columns."""
     shape = (*arr.shape[:-1], cols)
-    out = np.full(shape, fill, dtype=arr.dtype) if fill else np.zeros(shape, dtype=arr.dtype)
+    out = np.empty(shape, dtype=arr.dtype) if fill else np.zeros(shape, dtype=arr.dtype)
+    if fill:
+        out.fill(fill)
     out[..., : arr.shape[-1]] = arr
     return out

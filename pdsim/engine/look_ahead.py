@@ -50,7 +50,7 @@ def look_ahead(rows: DecodeRows, layout: KVLayout, count: int, steps: int,
     n = draft.num_spec_tokens
     accepted: np.ndarray | None = None
     if n:
-        has_stale = bool(rows.stale_weight[which].any())
+        has_stale = bool(np.logical_or.reduce(rows.stale_weight[which], axis=None))
         accepted = rows.sampler.draw_steps(
             steps, rows.draw_key[which], rows.drafts_before[which] + rows.drafts[which],
             rows.survival[which] if has_stale else None)
@@ -62,13 +62,13 @@ def look_ahead(rows: DecodeRows, layout: KVLayout, count: int, steps: int,
     finish_step = terms.finish_step
     decoding = step_index[:steps] <= finish_step
     context_at_start = terms.context_at_start.T
-    rows_decoding = decoding.sum(axis=1)
-    context_sum = (context_at_start * decoding).sum(axis=1)
+    rows_decoding = np.add.reduce(decoding, axis=1)
+    context_sum = np.add.reduce(context_at_start * decoding, axis=1)
     repair = np.zeros(steps, dtype=np.int64)
     if draft.multi_module:
-        repair[0] = repair_positions(rows.rejected_last_step[which]).sum()
+        repair[0] = np.add.reduce(repair_positions(rows.rejected_last_step[which]))
         if steps > 1:
-            repair[1:] = (terms.repair.T[1:] * decoding[1:]).sum(axis=1)
+            repair[1:] = np.add.reduce(terms.repair.T[1:] * decoding[1:], axis=1)
     need = terms.blocks_needed.T
     np.maximum(need, rows.blocks_held[which], out=need)
     need *= decoding
@@ -103,21 +103,21 @@ def look_ahead_row(rows: DecodeRows, layout: KVLayout, fresh_rows: FreshRows | N
     draft = rows.draft
     n = draft.num_spec_tokens
     multi = draft.multi_module
-    context = int(rows.context_tokens[row])
-    left = int(rows.target_tokens[row]) - int(rows.output_tokens[row])
-    held = int(rows.blocks_held[row])
-    repair_first = max(int(rows.rejected_last_step[row]) - 1, 0) if multi else 0
+    context = rows.context_tokens.item(row)
+    left = rows.target_tokens.item(row) - rows.output_tokens.item(row)
+    held = rows.blocks_held.item(row)
+    repair_first = max(rows.rejected_last_step.item(row) - 1, 0) if multi else 0
     accepted: np.ndarray | None = None
     if n:
         has_stale = any(rows.stale_weight[row].tolist())
-        counter = int(rows.drafts_before[row]) + int(rows.drafts[row])
+        counter = rows.drafts_before.item(row) + rows.drafts.item(row)
         if not counter and not has_stale and fresh_rows is not None:
             req = rows.request_of_row[row]
             assert req is not None
             fresh = fresh_rows.look_ahead(req.id, steps, context, left, held, repair_first)
             if fresh is not None:
                 return fresh
-        accepted = rows.sampler.draw_run(steps, int(rows.draw_key[row]), counter,
+        accepted = rows.sampler.draw_run(steps, rows.draw_key.item(row), counter,
                                          rows.survival[row] if has_stale else None)[None]
     terms = advance(accepted, steps, np.array([context]), np.array([left]), n, multi,
                     layout, np.int64)
@@ -129,7 +129,7 @@ def cut_row(accepted: np.ndarray | None, t: Terms, r: int, steps: int, held: int
     """Row ``r``'s ``AheadRow`` over ``steps`` steps from its draws and terms (computed
     over those steps or more): cut at its finishing step, never needing fewer blocks than
     it holds."""
-    f = min(int(t.finish_step[r]), steps)
+    f = min(t.finish_step.item(r), steps)
     live = min(f + 1, steps)
     need = t.blocks_needed[r, :live]
     if held > need.item(0):  # the need rises with the context: else it is never below
@@ -181,7 +181,7 @@ class FreshRows:
                 del self._blocks[next(iter(self._blocks))]
             tab = self._blocks[b] = self._build(b)
         accepted, t, prompt, left_fresh = tab
-        if context != prompt[r] or left != left_fresh[r]:
+        if context != prompt.item(r) or left != left_fresh.item(r):
             return None
         return cut_row(accepted, t, r, steps, held, repair_first, self._multi)
 

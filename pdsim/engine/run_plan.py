@@ -45,8 +45,8 @@ def plan_decode_run(inst: Instance) -> DecodeRun | None:
     # join; never past a block shortage
     max_steps = window
     limit = min(window, int(ahead.finish_step.max()) + 1)
-    need_total = ahead.blocks_needed.sum(axis=1)
-    capacity = inst.pool.num_free + int(inst.rows.blocks_held[:count].sum())
+    need_total = np.add.reduce(ahead.blocks_needed, axis=1)
+    capacity = inst.pool.num_free + int(np.add.reduce(inst.rows.blocks_held[:count]))
     if need_total[limit - 1] > capacity:
         limit = max_steps = int(np.searchsorted(need_total, capacity, side="right"))
         if limit == 0:

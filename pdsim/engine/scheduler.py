@@ -132,7 +132,7 @@ class Scheduler:
             while True:
                 need = (blocks_needed(layout, rows.context_tokens[:num_rows], self.n_spec)
                         - rows.blocks_held[:num_rows])
-                total = int(need.sum()) if need.any() else 0
+                total = int(np.add.reduce(need)) if np.logical_or.reduce(need) else 0
                 if total <= pool.num_free:
                     break
                 if not self.reclaim_waiting_kv() and not self.preempt_tail():
@@ -213,9 +213,9 @@ class Scheduler:
             pairs += n * (req.num_computed + (n + 1) / 2)
         context_sum = repair = 0
         if num_rows:
-            context_sum = int(rows.context_tokens[:num_rows].sum())
+            context_sum = int(np.add.reduce(rows.context_tokens[:num_rows]))
             if self.n_spec:
-                repair = int(repair_positions(rows.rejected_last_step[:num_rows]).sum())
+                repair = int(np.add.reduce(repair_positions(rows.rejected_last_step[:num_rows])))
         batch = StepBatch(prefill_tokens, pairs, num_rows, num_rows * tokens_per_row,
                           context_sum, repair)
         return StepPlan(chunks, num_rows, batch)
