@@ -211,7 +211,7 @@ def show_config(config: ConfigArg, set_: SetOpt = None, seed: SeedOpt = None) ->
     sys.stdout.write("# derived values\n")
     for k, v in derived_values(cfg).items():
         sys.stdout.write(f"# {k}: {v}\n")
-    for warning in cfg.foreign_fit_warnings:
+    for warning in cfg.warnings:
         err_console.print(f"warning: {warning}", markup=False, highlight=False)
 
 

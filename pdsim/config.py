@@ -250,6 +250,16 @@ class SimConfig(StrictModel):
         return out
 
     @property
+    def warnings(self) -> list[str]:
+        """What ``show-config`` warns about: fits borrowed from another model or GPU, and
+        settings this mode ignores."""
+        out = list(self.foreign_fit_warnings)
+        if self.cluster.mode == "colocated" and self.connector.topology is not None:
+            out.append("connector.topology: a colocated cluster moves no KV between "
+                       "instances, so the topology is not used")
+        return out
+
+    @property
     def workload_max_prompt_tokens(self) -> int:
         """The longest prompt the workload can draw (max_model_len when unbounded)."""
         return min(self.model.max_model_len,

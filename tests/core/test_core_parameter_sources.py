@@ -66,3 +66,11 @@ def test_show_config_prints_the_warning_on_stderr() -> None:
     assert "# stale_kv_parameters: shipped default" in res.stdout
     assert "warning: speculative.stale_kv" in res.stderr
     assert "warning" not in res.stdout
+
+
+def test_show_config_warns_that_a_colocated_cluster_ignores_the_topology() -> None:
+    pd = load_config("configs/inkling_small_pd_mtp8.yaml")
+    assert pd.connector.topology is not None
+    assert not any("topology" in w for w in pd.warnings)
+    co = load_config("configs/inkling_small_pd_mtp8.yaml", ["cluster.mode=colocated"])
+    assert any(w.startswith("connector.topology:") for w in co.warnings)
