@@ -34,7 +34,8 @@ NAN = math.nan
 
 RECORD_FIELDS = (
     "request_id", "status", "fail_reason", "arrival_s", "prompt_tokens", "output_tokens",
-    "target_output_tokens", "prefill_instance", "decode_instance", "p_queued_s", "p_start_s",
+    "target_output_tokens", "prefill_instance", "decode_instance", "prefill_pool",
+    "decode_pool", "p_queued_s", "p_start_s",
     "p_end_s", "transfer_start_s", "transfer_end_s", "d_queued_s", "first_token_s",
     "finish_s", "ttft_s", "tpot_s", "e2e_s", "num_chunks", "p_prompt_tokens",
     "kv_bytes_transferred", "kv_transfer_s", "tokens_recomputed_on_d",
@@ -190,6 +191,8 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
     t_start = col("transfer_start_s")
     t_end = col("transfer_end_s")
     nspec = sim.config.speculative.num_speculative_tokens
+    # each instance's pool name ('' for a role's one unnamed group)
+    pool_of = {inst.name: inst.pool_name for inst in sim.instances}
     columns: dict[str, Any] = {
         "request_id": col("id", np.int64),
         "status": [r.status.value for r in reqs],
@@ -200,6 +203,8 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
         "target_output_tokens": col("output_target", np.int64),
         "prefill_instance": [r.p_instance for r in reqs],
         "decode_instance": [r.d_instance for r in reqs],
+        "prefill_pool": [pool_of.get(r.p_instance, "") for r in reqs],
+        "decode_pool": [pool_of.get(r.d_instance, "") for r in reqs],
         "p_queued_s": col("p_queued_s"), "p_start_s": col("p_start_s"),
         "p_end_s": col("p_end_s"),
         "transfer_start_s": t_start, "transfer_end_s": t_end,

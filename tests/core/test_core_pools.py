@@ -140,6 +140,10 @@ def test_two_d_pools_route_and_both_serve(policy: str) -> None:
     res = sim.run()
     served = {r["decode_instance"] for r in res.records if r["status"] == "finished"}
     assert served == {"D0", "D1", "D2"}
+    # each record names its D instance's pool
+    assert {(r["decode_instance"], r["decode_pool"]) for r in res.records
+            if r["status"] == "finished"} == {("D0", "fast"), ("D1", "fast"),
+                                              ("D2", "decode.1")}
     assert res.summary["instances"]["D2"]["pool"] == "decode.1"
     assert "pool" not in res.summary["instances"]["P0"]  # a role's one unnamed group
     # the second pool runs on its own (slower) step time
@@ -154,7 +158,12 @@ def test_a_one_pool_list_runs_exactly_like_the_single_group() -> None:
     listed["cluster"]["decode"] = [listed["cluster"]["decode"]]
     listed["cluster"]["prefill"] = [listed["cluster"]["prefill"]]
     a, b = Simulation(load_config(single)).run(), Simulation(load_config(listed)).run()
+    # only the pool labels differ: '' for a role's one group, 'decode.0' for a list's first
+    assert set(a.records.column("decode_pool")) == {""}
+    assert set(b.records.column("decode_pool")) == {"decode.0"}
     for key in a.records.columns:
+        if key.endswith("_pool"):
+            continue
         col_a, col_b = a.records.columns[key], b.records.columns[key]
         if isinstance(col_a, np.ndarray):
             np.testing.assert_array_equal(col_a, col_b)
@@ -339,6 +348,8 @@ def test_splitting_a_group_into_identical_pools_changes_nothing(
         pooled["cluster"][role] = [{**whole["cluster"][role], "count": n} for n in counts]
     a, b = Simulation(load_config(whole)).run(), Simulation(load_config(pooled)).run()
     for key, col in a.records.columns.items():
+        if key.endswith("_pool"):  # the labels: '' for one group, 'decode.0'... for pools
+            continue
         if isinstance(col, np.ndarray):
             np.testing.assert_array_equal(col, b.records.columns[key])
         else:
