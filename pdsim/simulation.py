@@ -14,7 +14,7 @@ from itertools import count
 import numpy as np
 import simpy
 
-from pdsim.config import InstanceGroupConfig, Role, SimConfig
+from pdsim.config import Role, SimConfig
 from pdsim.engine.cluster import EngineHooks
 from pdsim.engine.connector import ConnectorScheduler, KVTransferParams
 from pdsim.engine.events import EngineEnvironment
@@ -52,7 +52,6 @@ class Simulation:
         self._tids = count()
         self.instances: list[Instance] = []
         self.by_role: dict[Role, list[Instance]] = {}
-        placed: list[tuple[Instance, InstanceGroupConfig]] = []  # every instance, its group
         # instances numbered across a role's pools; the router sees all of a role's
         for pool in config.cluster.pools():
             members = self.by_role.setdefault(pool.role, [])
@@ -62,7 +61,6 @@ class Simulation:
                                 pool.group, pool.name)
                 self.instances.append(inst)
                 members.append(inst)
-                placed.append((inst, pool.group))
         self.by_name = {inst.name: inst for inst in self.instances}
         # the role groups the request path reads (no enum hashing per request)
         self.prefills = self.by_role.get(Role.PREFILL, [])
@@ -78,7 +76,7 @@ class Simulation:
             conn.handshake_s if conn.transfer_mode == "pull" else 0.0)
         self._transfer_timeout_s = config.faults.kv_transfer_timeout_s
         # per-pair links or a topology, state made as transfers use it (never P x D)
-        self.network = make_network(self.env, config, placed)
+        self.network = make_network(self.env, config, self.instances)
         n_spec = config.speculative.num_speculative_tokens
         hashes = self.specs.hash_ids
         # drafts accepted at each position, a row per request (the records' column)

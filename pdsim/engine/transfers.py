@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from pdsim.config import Role
 from pdsim.engine.connector import Link
 from pdsim.engine.fabric import Fabric, Port
 from pdsim.errors import ConfigError
@@ -127,8 +128,9 @@ class TopologyNetwork:
     """Instances placed on nodes; transfers as max-min fair flows over NICs and NVLink."""
 
     def __init__(self, env: simpy.Environment, cfg: SimConfig, topo: TopologyConfig,
-                 members: Sequence[tuple[Instance, InstanceGroupConfig]]) -> None:
-        """``members``: every P and D instance, in order, with its instance group."""
+                 members: Sequence[Instance]) -> None:
+        """``members``: every P and D instance, in order (each reads its pool's step time
+        through ``instance.group``)."""
         self.topo = topo
         self.fabric = Fabric(env)
         self._nic_bw = topo.nic_bandwidth_gb_per_s * 1e9
@@ -141,7 +143,8 @@ class TopologyNetwork:
         per_node = topo.gpus_per_node
         used: dict[int, int] = {}
         nxt = 0  # the next free global GPU when packing
-        for inst, group in members:
+        for inst in members:
+            group = inst.group
             g = instance_gpus(cfg, topo, group)
             tp = tensor_parallel_size(cfg, group)
             if placement is None:
@@ -237,14 +240,13 @@ class TopologyNetwork:
 
 
 def make_network(env: simpy.Environment, cfg: SimConfig,
-                 members: Sequence[tuple[Instance, InstanceGroupConfig]]) -> TransferNetwork:
-    """The network ``cfg.connector`` describes; ``members``: every instance, in order,
-    with its instance group."""
+                 instances: Sequence[Instance]) -> TransferNetwork:
+    """The network ``cfg.connector`` describes, between the P and D among ``instances``."""
     topo = cfg.connector.topology
     if topo is None:
         return PairLinks(env, cfg)
     return TopologyNetwork(env, cfg, topo,
-                           [(i, g) for i, g in members if i.role.value != "colocated"])
+                           [i for i in instances if i.role is not Role.COLOCATED])
 
 
 __all__ = ["PairLinks", "TopologyNetwork", "TransferNetwork",

@@ -87,11 +87,11 @@ def _hetero(tp_p: int, tp_d: int, model: str = "llama-3.1-70b") -> list[tuple[in
     topo = topo.model_copy(update={"gpus_per_node": 8, "nics_per_node": 8,
                                    "gpus_per_instance": None,
                                    "placement": {"P0": 0, "D0": 1}})
-    p = SimpleNamespace(index=0, name="P0", role=Role.PREFILL)
-    d = SimpleNamespace(index=1, name="D0", role=Role.DECODE)
-    net = TopologyNetwork(simpy.Environment(), cfg, topo, [
-        (p, SimpleNamespace(step_time=_roofline(tp_p, model))),  # type: ignore[list-item]
-        (d, SimpleNamespace(step_time=_roofline(tp_d, model)))])  # type: ignore[list-item]
+    p = SimpleNamespace(index=0, name="P0", role=Role.PREFILL,
+                        group=SimpleNamespace(step_time=_roofline(tp_p, model)))
+    d = SimpleNamespace(index=1, name="D0", role=Role.DECODE,
+                        group=SimpleNamespace(step_time=_roofline(tp_d, model)))
+    net = TopologyNetwork(simpy.Environment(), cfg, topo, [p, d])  # type: ignore[list-item]
     out = []
     for ports, nbytes, _ in net.flows_of(0, p, d, 8_000_000_000):  # type: ignore[arg-type]
         src, dst = (int(x.name.split("/nic")[1].split("/")[0]) for x in ports)
