@@ -122,10 +122,6 @@ class ClusterConfig(StrictModel):
                 first += g.count
         return out
 
-    def groups(self) -> list[tuple[Role, InstanceGroupConfig]]:
-        """(role, group) of every pool this mode runs, in a fixed order."""
-        return [(p.role, p.group) for p in self.pools()]
-
     def count(self, role: Role) -> int:
         """Instances of ``role`` across its pools."""
         value = getattr(self, role.value)

@@ -82,8 +82,11 @@ def transfer_issues(cfg: Any) -> list[tuple[str, str]]:
 
     Names are parsed, not looked up in a list of every P x D pair."""
     counts = {"prefill": 0, "decode": 0}
-    for role, group in cfg.cluster.groups():
-        counts[role.value] = counts.get(role.value, 0) + group.count
+    names: set[str] = set()  # the P and D instances, as the cluster names them
+    for pool in cfg.cluster.pools():
+        if pool.role.value in counts:
+            counts[pool.role.value] += pool.group.count
+            names.update(pool.instance_names)
     topo = cfg.connector.topology
     colocated = cfg.cluster.mode == "colocated"
     issues = []
@@ -108,7 +111,6 @@ def transfer_issues(cfg: Any) -> list[tuple[str, str]]:
                 issues.append((path, f"no NIC {name!r}: nodes have {topo.nics_per_node} "
                                      f"NICs, nic0..nic{topo.nics_per_node - 1}"))
     if topo is not None and topo.placement is not None and not colocated:
-        names = {f"{r[0].upper()}{i}" for r, n in counts.items() for i in range(n)}
         for name in sorted(set(topo.placement) - names):
             issues.append((f"connector.topology.placement.{name}",
                            f"no instance {name!r} (instances: P0..P{counts['prefill'] - 1}, "

@@ -314,8 +314,8 @@ def _validate(cfg: dict[str, Any], arch: ModelArchitecture, profile_file: str) -
             Path(tmp))
         try:
             sim_cfg = config_from_dict(data)
-            for role, _group in sim_cfg.cluster.groups():
-                build_step_time_model(sim_cfg, role)
+            for pool in sim_cfg.cluster.pools():  # each pool's own step time
+                build_step_time_model(sim_cfg, pool.role, pool.group)
         except ConfigError as exc:
             raise ConfigError("", issues=[("", "the imported config does not load:"),
                                           *exc.issues]) from None
