@@ -100,6 +100,10 @@ class ModelConfig(StrictModel):
     """MTP modules the model ships (0: none)."""
     mtp_kv_bytes_per_token_per_module: LayerBytes = 1152
     """KV bytes one token occupies in one MTP module."""
+    mtp_window_tokens: TokenCount | None = None
+    """Sliding window of each MTP module's attention, in tokens; null: full attention. Stale
+    drafter KV stays for the whole request under full attention, and only until it leaves
+    the window under a sliding one."""
     max_model_len: TokenCount = 131072
     """Longest sequence (prompt + output) in tokens."""
 
@@ -183,36 +187,41 @@ class StaleKVConfig(StrictModel):
     A module whose KV holds stale slots (computed from a wrong token) drafts worse: its
     conditional acceptance is multiplied by ``exp(-sensitivity_per_slot * S)``, where S sums
     ``exp(-(d - 1) / decay_tokens)`` over its stale slots at distance d from the decode
-    front (no decay when ``decay_tokens`` is null). A slot P wrote from its own guesses is
-    stale only when a guess it depends on was wrong: P's drafts of output tokens are right
-    as often as the drafter's clean acceptance says, and its guesses of the real prompt
-    tokens past a truncated prompt end are right in a row with probability
-    ``residual_guess_accuracy`` each.
+    front (no decay when ``decay_tokens`` is null). Where stale slots come from is engine
+    behaviour, as vLLM's code makes it (docs/mtp-model.md): D's re-prefill cache holds the
+    previous occupant's inputs, so a repair that reaches past what D itself computed writes
+    garbage into every module (the padded first step before the fix re-prefills N - 1
+    positions so; an unpadded first verification with R >= 3 rejections, R - 2), and after
+    the fix P's guesses of the prompt tokens past its truncated end leave the residual,
+    each right in a row with probability ``residual_guess_accuracy``.
 
     The defaults of ``sensitivity_per_slot`` and ``residual_guess_accuracy`` are fitted to
     Inkling-Small's measurements (``STALE_KV_FIT``); other models inherit them, which
-    ``show-config`` says. The three rules below can be switched off for ablations; two of
-    them are our inference from vLLM's kernels, not stated by PR #55055.
+    ``show-config`` says. The switches below are ablations or options, off the paths
+    vLLM's code takes at temperature 0.
     """
 
-    sensitivity_per_slot: NonNegFloat = 4.4373
+    sensitivity_per_slot: NonNegFloat = 0.3235
     """Acceptance penalty per stale slot: conditional acceptance x exp(-sensitivity_per_slot x
     S)."""
     decay_tokens: PositiveFloat | None = None
     """Distance (tokens) over which a stale slot's weight decays as exp(-(d-1)/decay_tokens);
     null: no decay."""
-    residual_guess_accuracy: Probability = 0.9774
+    residual_guess_accuracy: Probability = 0.9193
     """Probability each of P's guesses of a prompt token past a truncated prompt end is right."""
-    unverified_draft_slots: bool = True
-    """Rule 1 (PR #55055's mechanism): P's final chunk leaves slots computed from its
-    unverified drafts in the MTP KV it hands to D. False: an ablation without it."""
+    unverified_draft_slots: bool = False
+    """P's and D's drafts can differ (temperature > 0, batch-variant numerics): P's slots
+    computed from its wrong drafts then stay stale whatever D's first verification repairs,
+    drawn independently of D. False (temperature 0, vLLM's greedy path): D drafts what P
+    drafted, so D's first repair covers every slot P wrote from a wrong draft."""
     reprefill_cache_shortfall: bool = True
-    """Rule 2, an inference from the kernels: D's multi-module re-prefill cache starts with only
-    the entries its own final chunk wrote, so a large early rejection re-prefills some positions
-    from garbage. False: the cache starts full (ablation)."""
+    """vLLM's code: D's multi-module re-prefill cache holds only what D itself computed (the
+    rest is the previous occupant's inputs), so a repair reaching further re-prefills
+    garbage. False: the cache starts full (an ablation: neither the padded step nor an
+    unpadded first verification leaves garbage)."""
     garbage_into_every_module: bool = True
-    """Rule 3, an inference from the kernels: a re-prefill from garbage writes stale slots into
-    every module, module 0 included. False: modules 1..N-1 only (ablation)."""
+    """vLLM's code: a re-prefill from garbage writes stale slots into every module, module 0
+    included. False: modules 1..N-1 only (an ablation)."""
 
 
 class StaleKVFit(NamedTuple):
@@ -228,8 +237,8 @@ STALE_KV_FIT = StaleKVFit(
     "inkling-small", StaleKVConfig().sensitivity_per_slot,
     StaleKVConfig().residual_guess_accuracy,
     "fitted by tools/fit_stale_kv.py to vLLM PR #55055 (Inkling-Small-NVFP4, MTP-8, 1P1D): "
-    "acceptance rate +30.4 points after the fix; acceptance length 1.089 before it is below "
-    "the model's floor (about 1.34), so the sensitivity sits at that floor (docs/mtp-model.md)")
+    "acceptance length 1.089 before the fix, then the acceptance rate +30.4 points after it "
+    "(docs/mtp-model.md)")
 
 
 SpecMethod = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp"]
@@ -247,6 +256,11 @@ class SpeculativeConfig(StrictModel):
     """How often drafts are accepted: per_position, conditional or constant rates."""
     stale_kv: StaleKVConfig = StaleKVConfig()
     """How stale MTP KV slots after a P/D handoff lower acceptance."""
+    pad_first_decode_step: bool = True
+    """vLLM with static speculation (PR #45237): a new request with exactly one token to
+    compute, in a step that runs decodes and no prefill chunk, is padded to 1 + N tokens with
+    placeholder drafts (rejected, and counted as a draft round); false: dynamic speculation,
+    or an engine without the padding."""
 
     @model_validator(mode="after")
     def _check(self) -> SpeculativeConfig:

@@ -40,7 +40,7 @@ RECORD_FIELDS = (
     "finish_s", "ttft_s", "tpot_s", "e2e_s", "num_chunks", "p_prompt_tokens",
     "kv_bytes_transferred", "kv_transfer_s", "tokens_recomputed_on_d",
     "d_local_prefill_tokens", "num_preemptions", "num_drafts", "num_draft_tokens",
-    "num_accepted_tokens", "accepted_per_pos", "prefix_hit_tokens",
+    "num_accepted_tokens", "accepted_per_pos", "prefix_hit_tokens", "padded_first_steps",
 )
 
 
@@ -223,6 +223,7 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
         # the simulation's table, a row per request (a copy while the run goes on)
         "accepted_per_pos": sim.accepted_per_pos if done else sim.accepted_per_pos.copy(),
         "prefix_hit_tokens": col("prefix_hit_tokens", np.int64),
+        "padded_first_steps": col("padded_first_steps", np.int64),
     }
     for rid, (_, row) in live.items():
         i = rid  # requests are numbered in the order they are stored

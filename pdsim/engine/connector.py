@@ -67,11 +67,13 @@ class ConnectorScheduler:
         return prompt_tokens
 
     def _get_remote_prefill_token_count(self, prompt_tokens: int) -> int:
-        """D side: prompt tokens D loads from P (``L - backoff`` when ``L > backoff``)."""
+        """D side: prompt tokens D loads from P: ``L - backoff`` when ``L > backoff``, else all
+        ``L`` (P did not truncate a prompt that short, so its KV covers the whole prompt;
+        D then recomputes only the last token, as before the fix)."""
         backoff = self._prefill_backoff()
         if prompt_tokens > backoff:
             return prompt_tokens - backoff
-        return 0
+        return prompt_tokens
 
 
 def prefill_backoff(cfg: SimConfig) -> int:

@@ -36,9 +36,11 @@ class DraftParams:
     guess_survival: list[float]
     # P(P's first i + 1 drafts of output tokens were right): the clean acceptance
     draft_survival: list[float]
-    unverified_draft_slots: bool  # P's draft slots reach D (stale_kv rule 1)
-    reprefill_cache_shortfall: bool  # D's re-prefill cache starts short (rule 2)
-    garbage_modules: np.ndarray  # 1 for each module a garbage re-prefill reaches (rule 3)
+    unverified_draft_slots: bool  # P's wrong draft slots survive D's repair (temperature > 0)
+    reprefill_cache_shortfall: bool  # D's re-prefill cache holds only what D computed
+    garbage_modules: np.ndarray  # 1 for each module a garbage re-prefill reaches
+    pad_first_step: bool  # static speculation: one-token first steps padded to 1 + N
+    window_tokens: int | None  # the MTP modules' sliding window (None: full attention)
 
 
 # ------------------------------------------------------------------ per step
@@ -116,13 +118,13 @@ def run_may_start(rows: DecodeRows, count: int) -> bool:
     """Whether rows ``0..count-1`` may be looked ahead, i.e. a decode run may be taken:
     their acceptance rates stay the same over the coming steps. They change while a
     multi-module re-prefill cache is short of entries (the repair writes garbage into the
-    drafter's KV) and while stale weights decay."""
+    drafter's KV), while stale weights decay and while they may leave a sliding window."""
     draft = rows.draft
     n = draft.num_spec_tokens
     if draft.multi_module and bool(np.logical_or.reduce(
             rows.reprefill_cache_valid[:count] < n - 1)):
         return False
-    return not (n and draft.decay_tokens is not None
+    return not (n and (draft.decay_tokens is not None or draft.window_tokens is not None)
                 and bool(np.logical_or.reduce(rows.stale_weight[:count], axis=None)))
 
 
@@ -133,5 +135,5 @@ def row_may_run(rows: DecodeRows, row: int) -> bool:
     n = draft.num_spec_tokens
     if draft.multi_module and rows.reprefill_cache_valid.item(row) < n - 1:
         return False
-    return not (n and draft.decay_tokens is not None
+    return not (n and (draft.decay_tokens is not None or draft.window_tokens is not None)
                 and any(rows.stale_weight[row].tolist()))

@@ -14,6 +14,7 @@ verbs are the whole interface:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,8 +68,13 @@ class DecodeRows:
         # acceptance draws: the request's key, and its verifications before this row
         self.draw_key = np.zeros(capacity, dtype=np.uint64)
         self.drafts_before = np.zeros(capacity, dtype=np.int64)
-        # entries of the multi-module re-prefill cache that hold real tokens
+        # entries of the multi-module re-prefill cache that hold real tokens, and how many
+        # positions before the first of them a repair has re-prefilled from garbage
         self.reprefill_cache_valid = np.zeros(capacity, dtype=np.int64)
+        self.garbage_slots = np.zeros(capacity, dtype=np.int64)
+        self.garbage_room = np.zeros(capacity, dtype=np.int64)  # positions that exist there
+        # the context up to which the row's stale slots stay inside a sliding window
+        self.stale_until_context = np.zeros(capacity, dtype=np.int64)
         # per drafter module, the weight of stale KV slots the modules read
         self.stale_weight = np.zeros((capacity, max(1, draft.num_modules)), dtype=np.float64)
         # P(a >= i + 1) per request at its current stale weights (the sampler's input),
@@ -79,20 +85,25 @@ class DecodeRows:
         self._arrays = (self.context_tokens, self.output_tokens, self.target_tokens,
                         self.blocks_held, self.segment_first_step, self.drafts,
                         self.accepted_tokens, self.accepted_per_pos, self.rejected_last_step,
-                        self.reprefill_cache_valid, self.stale_weight, self.draw_key,
+                        self.reprefill_cache_valid, self.garbage_slots, self.garbage_room,
+                        self.stale_until_context, self.stale_weight, self.draw_key,
                         self.drafts_before, self.survival)
         self.draft_positions = np.arange(n)
 
     # ------------------------------------------------------------------ enter
 
     def enter(self, req: Request, step: int, blocks_held: int,
-              stale_weights: list[float] | None) -> int:
+              stale_weights: list[float] | None, padded: bool = False) -> int:
         """``req`` starts decoding after step ``step`` (in which its prefill ended),
         holding ``blocks_held`` blocks, with the stale KV weights P left (None: none).
-        Returns its row."""
+        ``padded``: that step was padded with placeholder drafts (vLLM's first step of a
+        request with one token to compute), all rejected: it counts as a draft round with
+        nothing accepted, and the repair it triggers reads a re-prefill cache holding
+        nothing D computed. Returns its row."""
         s = self.count
         self.count += 1
         draft = self.draft
+        n = draft.num_spec_tokens
         req.slot = s
         req.phase = Phase.DECODE
         self.request_of_row[s] = req
@@ -101,27 +112,68 @@ class DecodeRows:
         self.target_tokens[s] = req.output_target
         self.blocks_held[s] = blocks_held
         self.segment_first_step[s] = step
-        self.drafts[s] = 0
         self.draw_key[s] = self.sampler.request_key(req.id)
         self.drafts_before[s] = req.num_drafts
         self.accepted_tokens[s] = 0
         self.accepted_per_pos[s] = 0
-        self.rejected_last_step[s] = 0  # the step that ends a prefill rejected nothing
-        if draft.multi_module and draft.reprefill_cache_shortfall:
-            self.reprefill_cache_valid[s] = min(draft.num_spec_tokens - 1,
-                                                req.final_chunk_tokens)
-        elif draft.multi_module:
-            self.reprefill_cache_valid[s] = draft.num_spec_tokens - 1  # ablation: full
-        else:
+        padded = padded and n > 0
+        # the placeholder round rejected every draft; an unpadded prefill step rejects none
+        self.drafts[s] = 1 if padded else 0
+        self.rejected_last_step[s] = n if padded else 0
+        self.garbage_slots[s] = 0
+        # garbage can land only on positions before the final chunk's first one
+        self.garbage_room[s] = req.seq_tokens - req.final_chunk_tokens
+        if not draft.multi_module:
             # no multi-module re-prefill cache to run dry
-            self.reprefill_cache_valid[s] = draft.num_spec_tokens
-        if stale_weights is None:
-            self.stale_weight[s] = 0.0
-            self.survival[s] = self._clean_survival
+            self.reprefill_cache_valid[s] = n
+        elif not draft.reprefill_cache_shortfall:
+            self.reprefill_cache_valid[s] = n - 1  # ablation: full
+        elif padded:
+            self.reprefill_cache_valid[s] = 0  # D has computed nothing before the repair
         else:
-            self.stale_weight[s] = stale_weights
-            self.refresh_survival(slice(s, s + 1))
+            self.reprefill_cache_valid[s] = min(n - 1, req.final_chunk_tokens)
+        window = draft.window_tokens
+        # the stale slots nearest the front sit at L - 2 at most (the context is L here)
+        self.stale_until_context[s] = (req.seq_tokens - 2 + window if window is not None
+                                       else np.iinfo(np.int64).max)
+        rows = slice(s, s + 1)
+        self.stale_weight[s] = 0.0 if stale_weights is None else stale_weights
+        changed = stale_weights is not None
+        if padded and draft.multi_module:
+            changed |= self._repair_from_cache(rows, self.rejected_last_step[rows])
+            np.minimum(self.reprefill_cache_valid[rows] + 1, n - 1,
+                       out=self.reprefill_cache_valid[rows])
+        if changed:
+            self.refresh_survival(rows)
+        else:
+            self.survival[s] = self._clean_survival
         return s
+
+    def _repair_from_cache(self, rows: slice, rejected: np.ndarray) -> bool:
+        """The multi-module drafter's repair after verifications of ``rows`` that rejected
+        ``rejected`` drafts: it re-prefills ``rejected - 1`` positions before the front from
+        the re-prefill cache, and those past the cache's valid entries from garbage (the
+        previous occupant's inputs), into every module the garbage reaches. The garbage
+        positions all lie before the first position D computed, so a later repair adds only
+        those beyond the ones already written. True if any stale weight was added."""
+        draft = self.draft
+        cache = self.reprefill_cache_valid[rows]
+        garbage = np.minimum(rejected - 1 - cache, self.garbage_room[rows])
+        extent = self.garbage_slots[rows]
+        new = garbage - extent
+        if not np.logical_or.reduce(new > 0):
+            return False
+        new = np.maximum(new, 0)
+        if draft.decay_tokens is None:
+            weight = new.astype(np.float64)
+        else:
+            # the k-th garbage position before the cache's first valid entry lies about
+            # cache + k tokens behind the front: sum r**(cache + k) over the new ones
+            r = math.exp(-1.0 / draft.decay_tokens)
+            weight = r ** (cache + extent + 1) * (1.0 - r ** new) / (1.0 - r)
+        self.stale_weight[rows] += weight[:, None] * draft.garbage_modules
+        np.maximum(extent, garbage, out=extent)
+        return True
 
     def refresh_survival(self, rows: slice) -> None:
         """Recompute ``survival`` for ``rows`` from their stale weights."""
@@ -152,25 +204,28 @@ class DecodeRows:
             self.drafts[:num_rows] += 1
             self.accepted_tokens[:num_rows] += accepted
             self.accepted_per_pos[:num_rows] += self.draft_positions < accepted[:, None]
+            changed = False
             if draft.multi_module:
-                cache = self.reprefill_cache_valid[:num_rows]
-                garbage = self.rejected_last_step[:num_rows] - 1 - cache
-                changed = False
-                if (garbage > 0).any():
-                    # The re-prefill cache is short of entries: the repair recomputes those
-                    # positions from garbage, into every module (module 0 included,
-                    # unless the ablation leaves it out).
-                    stale += np.maximum(garbage, 0)[:, None] * draft.garbage_modules
-                    changed = True
-                if draft.decay_tokens is not None:
-                    stale *= np.exp(-emitted / draft.decay_tokens)[:, None]
-                    changed = True
-                if changed:
-                    self.refresh_survival(slice(0, num_rows))
+                rows = slice(0, num_rows)
+                rejected = rejected_drafts(n, accepted)
+                # the repair this rejection sizes reads the cache as it is now
+                changed = self._repair_from_cache(rows, rejected)
+                cache = self.reprefill_cache_valid[rows]
                 np.minimum(cache + emitted, n - 1, out=cache)
-                self.rejected_last_step[:num_rows] = rejected_drafts(n, accepted)
+                self.rejected_last_step[rows] = rejected
+            if draft.decay_tokens is not None:
+                stale *= np.exp(-emitted / draft.decay_tokens)[:, None]
+                changed = True
             out += emitted
             self.context_tokens[:num_rows] += emitted
+            if draft.window_tokens is not None:
+                # stale slots that left the modules' sliding window are no longer read
+                gone = self.context_tokens[:num_rows] > self.stale_until_context[:num_rows]
+                if np.logical_or.reduce(gone) and stale[gone].any():
+                    stale[gone] = 0.0
+                    changed = True
+            if changed:
+                self.refresh_survival(slice(0, num_rows))
         else:
             out += 1
             self.context_tokens[:num_rows] += 1

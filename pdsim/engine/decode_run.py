@@ -241,8 +241,9 @@ class DecodeRun:
                     return False  # it might fit step by step: let the scheduler decide
                 waiting.popleft()
                 continue
-            if inst.kv.caches_prefixes or inst.rows.count + len(chunks) >= inst.rows.capacity:
-                return False
+            if (inst.kv.caches_prefixes or inst.rows.count + len(chunks) >= inst.rows.capacity
+                    or sched.pads_first_step(req, self.rows_decoding.item(j + 1), bool(chunks))):
+                return False  # (a padded first step goes to the scheduler)
             n = sched.chunk_tokens(req, budget)
             if n <= 0 or req.num_computed + n < req.seq_tokens:
                 return False  # not one final chunk

@@ -106,7 +106,8 @@ class Instance:
             # a guess chain is at most backoff + 1 <= lookahead + 1 long
             [q ** (i + 1) for i in range(cfg.num_prefill_lookahead_tokens + 2)],
             sampler.clean_survival.tolist() if self.n_spec else [],
-            stale.unverified_draft_slots, stale.reprefill_cache_shortfall, garbage_modules)
+            stale.unverified_draft_slots, stale.reprefill_cache_shortfall, garbage_modules,
+            cfg.speculative.pad_first_decode_step, cfg.model.mtp_window_tokens)
 
         self.lease_timer_armed = False  # the simulation's lease timer for ``pinned``
         self._wake: simpy.Event | None = None

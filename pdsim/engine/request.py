@@ -73,6 +73,7 @@ class Request:
         "p_prompt_tokens",
         "p_queued_s",
         "p_start_s",
+        "padded_first_steps",
         "phase",
         "prefix_hit_tokens",
         "prompt_tokens",
@@ -111,6 +112,7 @@ class Request:
         self.num_drafts = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
+        self.padded_first_steps = 0  # first decode steps padded with placeholder drafts
         # drafts accepted at each position: row ``rid`` of the simulation's table (one 2-D
         # array for every request, not an array each), or a row of its own
         if accepted is None:

@@ -34,6 +34,7 @@ class StepPlan(NamedTuple):
     chunks: list[tuple[Request, int]]
     num_decode: int  # decode rows 0..num_decode-1 at schedule time
     batch: StepBatch
+    padded: list[Request] = []  # chunks padded with placeholder drafts (never mutated)
 
 
 class Scheduler:
@@ -175,12 +176,25 @@ class Scheduler:
         skipped: list[Request] = []
         waiting = self.waiting
         caches_prefixes = self.kv.caches_prefixes
+        prefill_in_step = bool(chunks)
+        padded: list[Request] = []
         while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = waiting.popleft()
             if self.awaits_remote_kv(req):
                 if not self.load_remote_kv(req):
                     waiting.appendleft(req)
                     break
+                continue
+            if self.pads_first_step(req, num_rows, prefill_in_step):
+                extra = (layout.blocks_for(self.prefill_target_tokens(req, 1))
+                         - pool.held(req.id))
+                if budget < tokens_per_row or not pool.allocate(req.id, extra):
+                    waiting.appendleft(req)  # it waits for a step with room for 1 + N
+                    break
+                self.start_prefill(req)
+                chunks.append((req, 1))
+                padded.append(req)
+                budget -= tokens_per_row
                 continue
             hit = 0
             if caches_prefixes and req.num_computed == 0 and req.hash_ids:
@@ -201,6 +215,7 @@ class Scheduler:
             self.start_prefill(req)
             chunks.append((req, n))
             budget -= n
+            prefill_in_step = True
         for req in reversed(skipped):
             waiting.appendleft(req)
 
@@ -208,17 +223,30 @@ class Scheduler:
             return None
         prefill_tokens = 0
         pairs = 0.0
+        context_sum = repair = 0
         for req, n in chunks:
+            if req in padded:
+                # verified like a decode row: its last prompt token and N placeholders
+                context_sum += req.num_computed
+                continue
             prefill_tokens += n
             pairs += n * (req.num_computed + (n + 1) / 2)
-        context_sum = repair = 0
         if num_rows:
-            context_sum = int(np.add.reduce(rows.context_tokens[:num_rows]))
+            context_sum += int(np.add.reduce(rows.context_tokens[:num_rows]))
             if self.n_spec:
                 repair = int(np.add.reduce(repair_positions(rows.rejected_last_step[:num_rows])))
-        batch = StepBatch(prefill_tokens, pairs, num_rows, num_rows * tokens_per_row,
+        decode_rows = num_rows + len(padded)
+        batch = StepBatch(prefill_tokens, pairs, decode_rows, decode_rows * tokens_per_row,
                           context_sum, repair)
-        return StepPlan(chunks, num_rows, batch)
+        return StepPlan(chunks, num_rows, batch, padded)
+
+    def pads_first_step(self, req: Request, num_rows: int, prefill_in_step: bool) -> bool:
+        """Whether vLLM pads ``req``'s step to 1 + N tokens with placeholder drafts (PR
+        #45237, for full CUDA graphs): speculation is static, ``req`` has exactly one token
+        to compute (D's recompute of the last prompt token before the fix), the step
+        already runs ``num_rows`` decodes and no prefill chunk."""
+        return (self.draft.pad_first_step and self.n_spec > 0 and self.decodes
+                and num_rows > 0 and not prefill_in_step and tokens_left(req) == 1)
 
     def start_prefill(self, req: Request) -> None:
         """``req`` was admitted with its first chunk (its blocks allocated)."""
@@ -277,23 +305,25 @@ class Scheduler:
         """Step ``step`` (planned as ``plan``) ended at ``now``: its prefill chunks are
         computed and its decode rows advanced; requests that completed move on."""
         for req, n in plan.chunks:
-            self.complete_chunk(req, n, step, now)
+            self.complete_chunk(req, n, step, now, req in plan.padded)
         if plan.num_decode:
             # release from the highest row down so moved rows are never revisited
             for s in self.rows.apply_step(plan.num_decode):
                 self.finish_row(s, step, now)
 
-    def complete_chunk(self, req: Request, n: int, step: int, now: float) -> None:
-        """Step ``step`` computed ``n`` more prompt tokens of ``req``."""
+    def complete_chunk(self, req: Request, n: int, step: int, now: float,
+                       padded: bool = False) -> None:
+        """Step ``step`` computed ``n`` more prompt tokens of ``req`` (``padded``: with
+        placeholder drafts)."""
         if req.phase is not Phase.PREFILL:
             return
         req.num_computed += n
         self.prefilling.adjust(-n)
         if req.num_computed >= req.seq_tokens:
             req.final_chunk_tokens = n
-            self._prefill_done(req, step, now)
+            self._prefill_done(req, step, now, padded)
 
-    def _prefill_done(self, req: Request, step: int, now: float) -> None:
+    def _prefill_done(self, req: Request, step: int, now: float, padded: bool = False) -> None:
         self.prefilling.remove(req)
         self.kv.prefix_insert(req)
         if self.role is Role.PREFILL:
@@ -306,32 +336,41 @@ class Scheduler:
         req.num_output += 1
         if math.isnan(req.first_token_s):
             req.first_token_s = now
+        if padded:
+            req.padded_first_steps += 1
         if req.num_output >= req.output_target:
+            if padded:  # the placeholder round, counted as vLLM counts it
+                req.num_drafts += 1
+                req.num_draft_tokens += self.n_spec
             req.segments.append([self.index, step, step])
             self.running.remove(req)
             self.pool.free(req.id)
             req.phase = Phase.DONE
             self.cluster.finish(req)
             return
-        self._enter_decode(req, step)
+        self._enter_decode(req, step, padded)
 
-    def _enter_decode(self, req: Request, step: int) -> None:
-        stale = (self._remote_stale_weights(req) if self.n_spec and req.kv_from_remote
+    def _enter_decode(self, req: Request, step: int, padded: bool) -> None:
+        stale = (self._remote_stale_weights(req, padded) if self.n_spec and req.kv_from_remote
                  else None)
-        self.rows.enter(req, step, self.pool.held(req.id), stale)
+        self.rows.enter(req, step, self.pool.held(req.id), stale, padded)
         for hook in self.hooks.decode_entered:
             hook(self.instance, req)
 
-    def _remote_stale_weights(self, req: Request) -> list[float] | None:
+    def _remote_stale_weights(self, req: Request, padded: bool) -> list[float] | None:
         """Per drafter module, the stale weight of the slots P left in ``req``'s KV that D
         does not rewrite (None when there are none). A slot is stale unless every token it
         was computed through was right: one provenance draw says how many of P's guesses
         of real prompt tokens were right in a row, one how many of P's drafts (at the
-        drafter's clean acceptance)."""
+        drafter's clean acceptance). After a padded first step the repair rewrote the N - 1
+        positions before L - 1 too (with garbage, which ``DecodeRows.enter`` adds)."""
         draft = self.draft
-        plan = stale_plan(req.prompt_tokens - req.p_prompt_tokens,
-                          req.prompt_tokens - req.d_first_local, draft.num_modules,
-                          req.prompt_tokens, draft.decay_tokens, draft.unverified_draft_slots)
+        d_local = req.prompt_tokens - req.d_first_local
+        if padded and draft.multi_module:
+            d_local = max(d_local, min(req.prompt_tokens, draft.num_spec_tokens))
+        plan = stale_plan(req.prompt_tokens - req.p_prompt_tokens, d_local,
+                          draft.num_modules, req.prompt_tokens, draft.decay_tokens,
+                          draft.unverified_draft_slots)
         if not plan.slots:
             return None
         draws = iter(self.cluster.provenance_draws.take(plan.num_draws))

@@ -27,6 +27,7 @@ class DecodeEntry:
     request: Request
     stale: np.ndarray
     kv_from_remote: bool
+    padded: bool  # its first step there was padded with placeholder drafts
 
 
 class DecodeEntries(list[DecodeEntry]):
@@ -40,7 +41,8 @@ class DecodeEntries(list[DecodeEntry]):
             self.append(DecodeEntry(inst.name, inst.role, req,
                                     np.array(inst.rows.stale_weight[req.slot],
                                              dtype=np.float64),
-                                    bool(req.kv_from_remote)))
+                                    bool(req.kv_from_remote),
+                                    bool(req.padded_first_steps)))
 
         sim.hooks.decode_entered.append(entered)
         return sim

@@ -99,9 +99,7 @@ def excess_stale_by_token_identity(prompt_tokens: int, backoff: int, num_modules
     """
     L = prompt_tokens
     seen = L - backoff if backoff < L else L  # P drops `backoff` tokens only when L > backoff
-    remote = L - backoff if backoff < L else 0
-    if remote == 0:
-        return {}  # D loads nothing and recomputes the whole prompt
+    remote = seen  # D loads what P computed
     d_first = min(remote, L - 1)  # D recomputes at least the last prompt token
 
     def p_view(tok: int) -> tuple[str, int]:

@@ -275,9 +275,8 @@ def test_after_fix_pd_acceptance_equals_colocated() -> None:
 
 
 def test_before_fix_multi_module_mtp_collapses() -> None:
-    """Inkling's rates, N = 8: P's wrong drafts and the garbage re-prefills they cause
-    sink acceptance to a third of standalone's. Not to 1.089 as measured: the requests
-    whose drafts P got right and that reject little early stay clean (docs/mtp-model.md)."""
+    """Inkling's rates, N = 8: the padded first step's garbage re-prefill into every module
+    sinks acceptance far below standalone's (docs/mtp-model.md)."""
     runs = _pd_vs_colocated("off", 1.0)
     before = runs["pd"].summary["acceptance_length"]
     assert before < 1.5
@@ -287,12 +286,13 @@ def test_before_fix_multi_module_mtp_collapses() -> None:
 
 
 def test_residual_guess_accuracy_orders_acceptance_after_fix() -> None:
-    """After the fix only P's guesses can be wrong: acceptance falls as fewer are right
-    (every guess wrong is as bad as the bug: module m then holds m+1 stale slots)."""
+    """After the fix only P's guesses can be wrong: acceptance falls as fewer are right.
+    Every guess wrong is still milder than the bug: module m then holds m + 1 stale slots
+    (module 0 one), where the padded step before the fix leaves N - 1 in every module."""
     means = [_emitted(_pd_vs_colocated("auto", q)["pd"]) for q in (0.0, 0.9, 1.0)]
     for (lo, se_lo), (hi, se_hi) in itertools.pairwise(means):
         assert lo < hi - Z * math.hypot(se_lo, se_hi)
-    assert means[0][0] < 1.3
+    assert means[0][0] > _emitted(_pd_vs_colocated("off", 1.0)["pd"])[0]
 
 
 @pytest.mark.parametrize("n", [1, 3])

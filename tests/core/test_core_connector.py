@@ -69,9 +69,9 @@ def test_truncation_and_remote_count(case: str, method: str, n: int, modules: in
         # Re-admission after a preemption on P: the guard keeps the first truncation.
         assert conn._truncate_request_for_prefill(params, p_len) == p_len
         assert conn._truncate_request_for_prefill(params, L) == L
-        # D loads what P computed (when P truncated), recomputes the rest.
+        # D loads what P computed (all of a prompt too short to truncate).
         remote = conn._get_remote_prefill_token_count(L)
-        assert remote == (L - backoff if backoff < L else 0)
+        assert remote == p_len
         if backoff < L:
             assert L - remote == L - p_len == backoff
         if backoff == 0:
