@@ -117,9 +117,10 @@ class DecodeRows:
         self.accepted_tokens[s] = 0
         self.accepted_per_pos[s] = 0
         padded = padded and n > 0
-        # the placeholder round rejected every draft; an unpadded prefill step rejects none
+        # the placeholder round rejected every draft (what the multi-module drafter's next
+        # repair is sized by); an unpadded prefill step rejects none
         self.drafts[s] = 1 if padded else 0
-        self.rejected_last_step[s] = n if padded else 0
+        self.rejected_last_step[s] = n if padded and draft.multi_module else 0
         self.garbage_slots[s] = 0
         # garbage can land only on positions before the final chunk's first one
         self.garbage_room[s] = req.seq_tokens - req.final_chunk_tokens
