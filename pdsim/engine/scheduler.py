@@ -34,7 +34,7 @@ class StepPlan(NamedTuple):
     chunks: list[tuple[Request, int]]
     num_decode: int  # decode rows 0..num_decode-1 at schedule time
     batch: StepBatch
-    padded: list[Request] = []  # chunks padded with placeholder drafts (never mutated)
+    padded: tuple[Request, ...] = ()  # chunks padded with placeholder drafts
 
 
 class Scheduler:
@@ -238,7 +238,7 @@ class Scheduler:
         decode_rows = num_rows + len(padded)
         batch = StepBatch(prefill_tokens, pairs, decode_rows, decode_rows * tokens_per_row,
                           context_sum, repair)
-        return StepPlan(chunks, num_rows, batch, padded)
+        return StepPlan(chunks, num_rows, batch, tuple(padded))
 
     def pads_first_step(self, req: Request, num_rows: int, prefill_in_step: bool) -> bool:
         """Whether vLLM pads ``req``'s step to 1 + N tokens with placeholder drafts (PR

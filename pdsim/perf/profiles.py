@@ -185,7 +185,8 @@ def model_config_fields(arch: str | ModelArchitecture | Mapping[str, Any],
     attention | sliding_window | mamba, ``num_layers``, ``kv_bytes_per_token_per_layer``,
     ``window_tokens``, ``state_bytes_per_layer``; whole-model bytes, not per GPU),
     ``num_mtp_modules`` (MTP modules shipped; 0 for EAGLE heads and no drafter),
-    ``mtp_kv_bytes_per_token_per_module`` (KV of one drafter module, MTP or EAGLE) and
+    ``mtp_kv_bytes_per_token_per_module`` (KV of one drafter module, MTP or EAGLE),
+    ``mtp_window_tokens`` (the MTP modules' sliding window; None: full attention) and
     ``max_model_len``. Layers without a token mixer hold no cache and are left out.
     """
     a = load_model_architecture(arch, path)
@@ -209,10 +210,14 @@ def model_config_fields(arch: str | ModelArchitecture | Mapping[str, Any],
         for (kind, kv, window, state), n in groups.items()
     ]
     d = a.drafter
+    mtp = d if d is not None and d.kind == "mtp" else None
+    window = (mtp.mixer.sliding_window_tokens
+              if mtp is not None and isinstance(mtp.mixer, AttentionMixer) else None)
     return {
         "name": a.name,
         "layer_groups": layer_groups,
-        "num_mtp_modules": d.num_modules if d is not None and d.kind == "mtp" else 0,
+        "num_mtp_modules": mtp.num_modules if mtp is not None else 0,
         "mtp_kv_bytes_per_token_per_module": round(drafter_kv_bytes_per_token(a)),
+        "mtp_window_tokens": window,
         "max_model_len": a.max_model_len,
     }
