@@ -145,6 +145,21 @@ class SimConfig(StrictModel):
         return max(mamba, self.num_prefill_lookahead_tokens - 1)
 
     @property
+    def d_first_step_prompt_tokens(self) -> int:
+        """Prompt tokens D computes itself after a remote prefill of a prompt longer than the
+        backoff: the backoff, or the last prompt token it recomputes for logits."""
+        return max(1, self.prefill_backoff_tokens)
+
+    @property
+    def d_first_step_padded_when_busy(self) -> bool:
+        """Whether D pads that first step to ``1 + N`` tokens with placeholder drafts when it
+        already runs decodes (static speculation, one token to compute: vLLM's scheduler),
+        which is what pollutes multi-module MTP KV before the fix (docs/mtp-model.md)."""
+        s = self.speculative
+        return (s.enabled and s.pad_first_decode_step
+                and self.d_first_step_prompt_tokens == 1)
+
+    @property
     def extra_retained_tokens(self) -> int:
         """Extra tokens sliding-window groups keep (not attended) for drafter re-prefill."""
         return max(0, self.num_prefill_lookahead_tokens - 1)

@@ -379,6 +379,8 @@ def derived_values(cfg: SimConfig) -> dict[str, Any]:
         "num_prefill_lookahead_tokens": cfg.num_prefill_lookahead_tokens,
         "prefill_backoff_tokens": cfg.prefill_backoff_tokens,
         "num_drafter_modules": cfg.num_drafter_modules,
+        "d_first_step_prompt_tokens": cfg.d_first_step_prompt_tokens,
+        "d_first_step_padded_when_busy": cfg.d_first_step_padded_when_busy,
         "kv_bytes_per_token": cfg.kv_bytes_per_token,
         "has_mamba": cfg.model.has_mamba,
     }

@@ -307,3 +307,16 @@ def test_leading_right_inverts_the_survival_function(u: float, probs: list[float
 
 def test_shipped_fit_names_its_source() -> None:
     assert "1.089" in STALE_KV_FIT.source and "30.4" in STALE_KV_FIT.source
+
+
+@pytest.mark.parametrize(("n", "backoff", "padded"),
+                         [(3, "off", True), (3, "auto", False), (8, "auto", False),
+                          (2, "auto", True)])
+def test_derived_padding_says_what_a_busy_d_does(n: int, backoff: str, padded: bool) -> None:
+    """``d_first_step_padded_when_busy`` (show-config) agrees with the engine; MTP-2 after
+    the fix has a backoff of one token, so a busy D pads it as before the fix."""
+    cfg = make_config(*BUSY, f"connector.prefill_backoff={backoff}", n_spec=n)
+    assert cfg.d_first_step_padded_when_busy is padded
+    assert cfg.d_first_step_prompt_tokens == (max(1, n - 1) if backoff == "auto" else 1)
+    share = float(np.mean(simulate(cfg).records.columns["padded_first_steps"]))
+    assert (share > 0.7) if padded else (share == 0.0)
