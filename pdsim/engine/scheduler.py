@@ -188,8 +188,10 @@ class Scheduler:
             if self.pads_first_step(req, num_rows, prefill_in_step):
                 extra = (layout.blocks_for(self.prefill_target_tokens(req, 1))
                          - pool.held(req.id))
+                # it waits for a step with room for 1 + N (the budget always has room while
+                # rows are free, max_num_batched_tokens >= max_num_seqs * (1 + N): blocks)
                 if budget < tokens_per_row or not pool.allocate(req.id, extra):
-                    waiting.appendleft(req)  # it waits for a step with room for 1 + N
+                    waiting.appendleft(req)
                     break
                 self.start_prefill(req)
                 chunks.append((req, 1))

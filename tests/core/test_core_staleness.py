@@ -320,3 +320,4 @@ def test_derived_padding_says_what_a_busy_d_does(n: int, backoff: str, padded: b
     assert cfg.d_first_step_prompt_tokens == (max(1, n - 1) if backoff == "auto" else 1)
     share = float(np.mean(simulate(cfg).records.columns["padded_first_steps"]))
     assert (share > 0.7) if padded else (share == 0.0)
+
