@@ -148,8 +148,8 @@ def register(app: typer.Typer) -> None:
             base = load_config(base.model_dump(mode="json"), set_ or [], seed=seed)
         from pdsim.run_folder import prepare_out_dir
 
+        run = SweepRun(base, spec.expand())  # every point validated, nothing written yet
         prepare_out_dir(out)  # before any point is simulated
-        run = SweepRun(base, spec.expand())
         keys = list(dict.fromkeys(k for p in run.points for k in p.params))
 
         prog, update = progress_display("sweep points")
