@@ -51,3 +51,103 @@ def test_sweep_product_is_bounded_before_expansion(tmp_path: Path) -> None:
                       "--grid", "seed=1:100:1"], "1,000,000 points", "100 x 100 x 100")
     assert time.monotonic() - t0 < 10.0
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------ never lose a result
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _run(args: list[str]) -> str:
+    from typer.testing import CliRunner
+
+    from pdsim.cli import app
+
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def test_a_plot_failure_leaves_the_previous_result_readable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pdsim.run_folder import STAGE_PREFIX, check_folder
+
+    cfg = write_yaml(tmp_path / "c.yaml", small())
+    out = tmp_path / "o"
+    _run(["run", str(cfg), "--out", str(out)])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def plots_fail(*args: object) -> list[Path]:
+        raise ValueError("matplotlib could not draw it")
+
+    monkeypatch.setattr("pdsim.plots.write_run_plots", plots_fail)
+    with pytest.raises(ValueError, match="could not draw"):
+        from pdsim.loader import load_config as lc
+        from pdsim.simulation import simulate
+        from pdsim.writers import write_run
+
+        write_run(simulate(lc(small(seed=8))), out, plots=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert check_folder(out)["seed"] == 7
+    assert not any(p.name.startswith(STAGE_PREFIX) for p in out.iterdir())
+
+
+def test_names_matplotlib_would_read_as_mathtext_plot(tmp_path: Path) -> None:
+    from pdsim.run_folder import check_folder
+
+    cfg = write_yaml(tmp_path / "c.yaml", small(name="$\\bad$"))
+    out = tmp_path / "o"
+    _run(["run", str(cfg), "--out", str(out), "--plots"])
+    manifest = check_folder(out)
+    assert manifest["name"] == "$\\bad$"
+    assert "latency_cdf.png" in manifest["files"]
+    _run(["plot", str(out), "--out", str(tmp_path / "p")])
+    assert (tmp_path / "p" / "latency_cdf.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("option", ["--out", "-o"])
+def test_an_empty_output_path_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         option: str) -> None:
+    cfg = write_yaml(tmp_path / "c.yaml", small())
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    if option == "--out":
+        args = ["run", str(cfg), "--out", ""]
+    else:
+        scrape = tmp_path / "m.txt"
+        scrape.write_text("# TYPE vllm:spec_decode_num_drafts counter\n")
+        args = ["import-metrics", str(scrape), "-o", ""]
+    assert_cli_error(args, "is empty", "working folder")
+    assert list(work.iterdir()) == []
+
+
+def test_import_metrics_never_writes_over_its_scrape(tmp_path: Path) -> None:
+    scrape = tmp_path / "m.txt"
+    lines = []
+    for name, value in (("num_drafts", 100), ("num_draft_tokens", 300),
+                        ("num_accepted_tokens", 150)):
+        lines += [f"# TYPE vllm:spec_decode_{name} counter",
+                  f'vllm:spec_decode_{name}_total{{engine="0"}} {value}.0']
+    text = "\n".join(lines) + "\n"
+    scrape.write_text(text)
+    assert_cli_error(["import-metrics", str(scrape), "-o", str(scrape)], "is the input")
+    assert_cli_error(["import-metrics", str(scrape), "-o", str(tmp_path / "." / "m.txt")],
+                     "is the input")
+    assert scrape.read_text() == text
+
+
+def test_import_vllm_never_writes_over_its_deployment(tmp_path: Path) -> None:
+    import shutil
+
+    hf = tmp_path / "Llama-3.1-8B.config.json"
+    shutil.copy(DATA / "hf_configs" / "Llama-3.1-8B.config.json", hf)
+    dep = tmp_path / "config.yaml"
+    dep.write_text((DATA / "vllm_deployments" / "llama-3.1-8b-1p1d.yaml").read_text()
+                   .replace("../hf_configs/", ""))
+    before = dep.read_text()
+    assert_cli_error(["import-vllm", "--deployment", str(dep), "--out", str(tmp_path)],
+                     "config.yaml: is the input")
+    assert dep.read_text() == before
+    _run(["import-vllm", "--deployment", str(dep), "--out", str(tmp_path / "new")])
+    assert (tmp_path / "new" / "config.yaml").is_file()
