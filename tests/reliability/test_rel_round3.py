@@ -151,3 +151,53 @@ def test_import_vllm_never_writes_over_its_deployment(tmp_path: Path) -> None:
     assert dep.read_text() == before
     _run(["import-vllm", "--deployment", str(dep), "--out", str(tmp_path / "new")])
     assert (tmp_path / "new" / "config.yaml").is_file()
+
+
+# ------------------------------------------------------------------ hostile config.json
+
+def _import_vllm(tmp_path: Path, hf_text: str) -> list[str]:
+    hf = tmp_path / "config.json"
+    hf.write_text(hf_text)
+    return ["import-vllm", "--hf-config", str(hf), "--prefill", "vllm serve m",
+            "--decode", "vllm serve m", "--out", str(tmp_path / "o")]
+
+
+@pytest.mark.parametrize(("key", "value", "phrase"), [
+    ("num_attention_heads", "0", "num_attention_heads: expected a (>= 1) whole number"),
+    ("hidden_size", "0", "no valid model"),
+    ("num_key_value_heads", "0", "no valid model"),
+    ("num_key_value_heads", "-4", "non-negative whole number"),
+    ("intermediate_size", '"14336"', "non-negative whole number"),
+    ("vocab_size", "NaN", "non-negative whole number"),
+    ("max_position_embeddings", "1e400", "max_position_embeddings"),
+    ("num_hidden_layers", "10000000000000000000", "too large"),
+    ("num_hidden_layers", "10000000", "builds at most 10,000"),
+    ("sliding_window", "Infinity", "sliding_window"),
+    ("sliding_window", "NaN", "sliding_window"),
+    ("num_attention_heads", "10000000", "no valid model"),
+])
+def test_hostile_config_json_values_are_one_clean_error(
+        tmp_path: Path, key: str, value: str, phrase: str) -> None:
+    import json
+
+    base = json.loads((DATA / "hf_configs" / "Llama-3.1-8B.config.json").read_text())
+    text = json.dumps({k: v for k, v in base.items() if k != key})
+    text = text[:-1] + f', "{key}": {value}}}'
+    t0 = time.monotonic()
+    assert_cli_error(_import_vllm(tmp_path, text), "config.json", phrase)
+    assert time.monotonic() - t0 < 5.0  # bounds are checked before anything is built
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_deeply_nested_config_json_is_one_clean_error(tmp_path: Path) -> None:
+    text = '{"rope_scaling": ' + "[" * 2000 + "]" * 2000 + "}"
+    assert_cli_error(_import_vllm(tmp_path, text), "config.json", "nested too deeply")
+
+
+def test_a_string_where_the_moe_reader_compares_is_one_clean_error(tmp_path: Path) -> None:
+    import json
+
+    base = json.loads((DATA / "hf_configs" / "DeepSeek-V3.config.json").read_text())
+    base["first_k_dense_replace"] = "8"
+    assert_cli_error(_import_vllm(tmp_path, json.dumps(base)), "config.json",
+                     "no valid model")
