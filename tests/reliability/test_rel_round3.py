@@ -201,3 +201,20 @@ def test_a_string_where_the_moe_reader_compares_is_one_clean_error(tmp_path: Pat
     base["first_k_dense_replace"] = "8"
     assert_cli_error(_import_vllm(tmp_path, json.dumps(base)), "config.json",
                      "no valid model")
+
+
+@pytest.mark.parametrize(("prefill", "phrase"), [
+    ("vllm serve m --max-model-len infk", "'infk' is not a whole number"),
+    ("vllm serve m --max-model-len nank", "'nank' is not a whole number"),
+    ("vllm serve m --speculative-config.num_speculative_tokens 3 "
+     "--speculative-config.num_speculative_tokens.x 4", "has no key 'x'"),
+    ("vllm serve m --speculative-config.a.b 3 --speculative-config.a 4",
+     "has keys set and cannot also be 4"),
+    ("vllm serve m --kv-transfer-config '{\"kv_connector\":[\"NixlConnector\"]}'",
+     "kv_connector ['NixlConnector']: pdsim models"),
+])
+def test_hostile_vllm_serve_lines_are_one_clean_error(tmp_path: Path, prefill: str,
+                                                      phrase: str) -> None:
+    args = ["import-vllm", "--hf-config", str(DATA / "hf_configs" / "Llama-3.1-8B.config.json"),
+            "--prefill", prefill, "--decode", "vllm serve m", "--out", str(tmp_path / "o")]
+    assert_cli_error(args, "--prefill", phrase)
