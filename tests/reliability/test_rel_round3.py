@@ -218,3 +218,60 @@ def test_hostile_vllm_serve_lines_are_one_clean_error(tmp_path: Path, prefill: s
     args = ["import-vllm", "--hf-config", str(DATA / "hf_configs" / "Llama-3.1-8B.config.json"),
             "--prefill", prefill, "--decode", "vllm serve m", "--out", str(tmp_path / "o")]
     assert_cli_error(args, "--prefill", phrase)
+
+
+# ------------------------------------------------------------------ odd result files read back
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from pdsim.simulation import simulate
+    from pdsim.writers import write_run
+
+    out = tmp_path_factory.mktemp("good") / "o"
+    write_run(simulate(load_config(small())), out)
+    return out
+
+
+@pytest.mark.parametrize(("patch", "phrase"), [
+    ({"name": [1, 2]}, "name: [1, 2] is not what pdsim writes there (text)"),
+    ({"summary": {"per_position_acceptance_rates": "abc"}}, "per_position_acceptance_rates"),
+    ({"summary": {"per_position_acceptance_rates": ["a"]}}, "per_position_acceptance_rates"),
+    ({"summary": {"mean_ttft_s": "x"}}, "mean_ttft_s: \"x\""),
+])
+@pytest.mark.parametrize("command", ["plot", "report"])
+def test_odd_summary_json_is_one_clean_error(tmp_path: Path, run_folder: Path,
+                                             patch: dict[str, object], phrase: str,
+                                             command: str) -> None:
+    import json
+    import shutil
+
+    from pdsim.run_folder import check_folder, finish_folder
+
+    d = tmp_path / "o"
+    shutil.copytree(run_folder, d)
+    manifest = check_folder(d)
+    doc = json.loads((d / "summary.json").read_text())
+    for key, value in patch.items():
+        doc[key] = {**doc[key], **value} if isinstance(value, dict) else value
+    (d / "summary.json").write_text(json.dumps(doc))
+    finish_folder(d, list(manifest["files"]), {k: v for k, v in manifest.items()
+                                               if k != "files"})  # sealed as edited
+    if command == "report":
+        pytest.importorskip("plotly")
+    args = [command, str(d)] + (["--out", str(tmp_path / "p")] if command == "plot" else [])
+    assert_cli_error(args, "summary.json", phrase)
+
+
+@pytest.mark.parametrize(("summaries", "phrase"), [
+    ({"a": "x"}, "summaries.a: a summary must be a JSON object"),
+    ({"a": {"mean_ttft_s": "x"}}, "summaries.a: mean_ttft_s"),
+    ({"a": {"name": [1]}}, "summaries.a: name"),
+])
+def test_odd_compare_json_is_one_clean_error(tmp_path: Path, summaries: object,
+                                             phrase: str) -> None:
+    import json
+
+    (tmp_path / "compare.json").write_text(json.dumps({"headline": {}, "table": [],
+                                                       "summaries": summaries}))
+    assert_cli_error(["plot", str(tmp_path), "--out", str(tmp_path / "p")], "compare.json",
+                     phrase)
