@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -275,3 +276,29 @@ def test_odd_compare_json_is_one_clean_error(tmp_path: Path, summaries: object,
                                                        "summaries": summaries}))
     assert_cli_error(["plot", str(tmp_path), "--out", str(tmp_path / "p")], "compare.json",
                      phrase)
+
+
+@pytest.mark.parametrize(("ts", "phrase"), [
+    ("1" + "0" * 400, "a 401-digit number"), ("1e300", "at most 1e+15 ms (got 1e+300)"),
+    ("-1" + "0" * 30, "a 31-digit number")])
+def test_huge_mooncake_timestamps_are_one_clean_error(tmp_path: Path, ts: str,
+                                                      phrase: str) -> None:
+    from pdsim.errors import InputFileError
+    from pdsim.workload.traces import read_mooncake
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+                     f'{{"timestamp": {ts}, "input_length": 10, "output_length": 5}}\n')
+    with pytest.raises(InputFileError, match=re.escape("t.jsonl:2: timestamp must be at "
+                                                       "most 1e+15 ms")) as err:
+        read_mooncake(trace)
+    assert phrase in str(err.value)
+
+
+def test_epoch_millisecond_mooncake_timestamps_are_read(tmp_path: Path) -> None:
+    from pdsim.workload.traces import read_mooncake
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 1764633600000, "input_length": 10, "output_length": 5}\n'
+                     '{"timestamp": 1764633600250, "input_length": 10, "output_length": 5}\n')
+    assert list(read_mooncake(trace).time_s) == [0.0, 0.25]
