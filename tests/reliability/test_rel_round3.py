@@ -302,3 +302,44 @@ def test_epoch_millisecond_mooncake_timestamps_are_read(tmp_path: Path) -> None:
     trace.write_text('{"timestamp": 1764633600000, "input_length": 10, "output_length": 5}\n'
                      '{"timestamp": 1764633600250, "input_length": 10, "output_length": 5}\n')
     assert list(read_mooncake(trace).time_s) == [0.0, 0.25]
+
+
+# ------------------------------------------------------------------ inert settings, names
+
+TOPOLOGY = {"connector": {"topology": {"gpus_per_node": 8, "nics_per_node": 8}}}
+
+
+@pytest.mark.parametrize(("patch", "path", "phrase"), [
+    ({"connector": {"topology": {"gpus_per_node": 8, "nics_per_node": 8},
+                    "link_bandwidth_gb_per_s": 50.0}},
+     "connector.link_bandwidth_gb_per_s", "would change nothing: connector.topology"),
+    ({**TOPOLOGY, "faults": {"link_degradations": [
+        {"link": "node00/nic01", "start_s": 0.0, "end_s": 1.0, "bandwidth_factor": 0.5}]}},
+     "faults.link_degradations.0.link", "write 'node0/nic1'"),
+    ({**TOPOLOGY, "faults": {"link_degradations": [
+        {"link": "node01", "start_s": 0.0, "end_s": 1.0, "bandwidth_factor": 0.5}]}},
+     "faults.link_degradations.0.link", "write 'node1'"),
+    ({"faults": {"link_degradations": [
+        {"link": "P00->D0", "start_s": 0.0, "end_s": 1.0, "bandwidth_factor": 0.5}]}},
+     "faults.link_degradations.0.link", "write 'P0->D0'"),
+])
+def test_inert_settings_and_names_no_link_has_are_load_errors(
+        patch: dict[str, object], path: str, phrase: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(small(patch))
+    assert any(p == path and phrase in m for p, m in info.value.issues), info.value.issues
+
+
+def test_a_sweep_over_an_inert_setting_fails_before_any_point(tmp_path: Path) -> None:
+    cfg = write_yaml(tmp_path / "c.yaml", small(TOPOLOGY))
+    assert_cli_error(["sweep", str(cfg), "--out", str(tmp_path / "o"), "--grid",
+                      "connector.link_bandwidth_gb_per_s=7,14"], "would change nothing",
+                     "sweep point 1")
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_default_link_bandwidth_beside_a_topology_still_loads() -> None:
+    cfg = load_config(small(TOPOLOGY))
+    assert cfg.connector.topology is not None
+    assert load_config(small(TOPOLOGY, **{"faults__link_degradations": [
+        {"link": "node0/nic1", "start_s": 0.0, "end_s": 1.0, "bandwidth_factor": 0.5}]}))
