@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
+from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt, out_path
 from pdsim.commands._shared import (
     configure_logging,
     console,
@@ -63,6 +63,7 @@ def run(
     set_: SetOpt = None,
     seed: SeedOpt = None,
     out: Annotated[Path | None, typer.Option(
+        parser=out_path,
         help="Write here: summary.json, requests.csv (and requests.parquet with pyarrow), "
              "bench_result.json (vllm bench serve --save-result form), timeseries.csv, "
              "config.resolved.yaml; with --plots the PNG plots, with --timeline "
@@ -132,7 +133,8 @@ def compare(
     seed: SeedOpt = None,
     colocated: Annotated[bool, typer.Option(
         help="Also simulate the same instances colocated (standalone serving).")] = False,
-    out: Annotated[Path | None, typer.Option(help="Write compare.json here.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        parser=out_path, help="Write compare.json here.")] = None,
     plots: Annotated[bool, typer.Option(help="Also write comparison plots to --out.")] = False,
     report: Annotated[bool, typer.Option(
         help="Also write --out/report.html (interactive, with latency CDFs and time series "
@@ -264,7 +266,8 @@ def import_metrics(
              "mtp); its metrics do not say, so without this the snippet marks mtp as "
              "assumed.")] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write the YAML snippet to this file (default: stdout).")] = None,
+        "--output", "-o", parser=out_path,
+        help="Write the YAML snippet to this file (default: stdout).")] = None,
 ) -> None:
     """Acceptance rates from vLLM's Prometheus metrics, as a pdsim config snippet.
 
@@ -274,7 +277,10 @@ def import_metrics(
 
     from pdsim.config_sections import SpecMethod
     from pdsim.realdata import import_metrics_report
+    from pdsim.run_folder import refuse_inputs
 
+    if output is not None:  # before the scrapes are read, so any error comes first
+        refuse_inputs([output], [scrape, scrape2])
     methods = [m for m in get_args(SpecMethod) if m != "none"]
     if method is not None and method not in methods:
         raise PdsimError(f"--method {method}: expected one of {', '.join(methods)}")

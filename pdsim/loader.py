@@ -25,17 +25,26 @@ class _Yaml12Loader(yaml.SafeLoader):
     """SafeLoader with YAML 1.2 booleans: only true/false, so ``off`` stays a string."""
 
 
+# YAML 1.1's implicit types that YAML 1.2's core schema dropped: yes/no/on/off booleans,
+# base-60 numbers (``10:20`` is 620 in 1.1), ``017`` as octal, ``1_000``, timestamps and
+# ``=``. They are replaced below by the core schema's booleans, integers and floats.
+_YAML11_ONLY = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value"}
 _Yaml12Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _YAML11_ONLY]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Yaml12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
     list("tTfF"))
-# YAML 1.2 floats: an exponent needs no dot (``4e-6``), which YAML 1.1 reads as a string.
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+    list("-+0123456789"))
+# An exponent needs no dot (``4e-6``), which YAML 1.1 reads as a string.
 _Yaml12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+0123456789."))
 
 
@@ -68,7 +77,17 @@ def _construct_bounded_int(loader: _Yaml12Loader, node: yaml.ScalarNode) -> Any:
         raise yaml.constructor.ConstructorError(
             None, None, f"an integer of {digits} digits is too large (pdsim's counts and "
             f"sizes stay below 2^63)", node.start_mark)
-    value = yaml.SafeLoader.construct_yaml_int(loader, node)
+    text = str(loader.construct_scalar(node))
+    try:  # the core schema's forms only: no base 60, no underscores, 017 is seventeen
+        if text.startswith(("0o", "0x")):
+            value = int(text[2:], 8 if text[1] == "o" else 16)
+        else:
+            value = int(text, 10) if text.lstrip("+-").isdigit() else None
+    except ValueError:
+        value = None
+    if value is None:  # an explicit !!int tag on something that is no integer
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not an integer", node.start_mark)
     if isinstance(value, int) and abs(value) >= 2**63:
         raise yaml.constructor.ConstructorError(
             None, None, f"integer {value} is too large (pdsim's counts and sizes stay "

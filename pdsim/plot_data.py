@@ -162,6 +162,27 @@ def _read_json(path: Path) -> Any:
                              exc.colno) from None
 
 
+def check_summary(summary: Any, where: str) -> dict[str, Any]:
+    """A run's summary as read back from a file, checked before anything draws it: a
+    mapping whose metrics are numbers (or null), lists of numbers or sections (mappings),
+    and whose ``name`` is text; ``InputFileError`` naming the key otherwise."""
+    if not isinstance(summary, dict):
+        raise InputFileError(where, None, "a summary must be a JSON object of metrics")
+    for key, value in summary.items():
+        if key == "name":
+            ok = value is None or isinstance(value, str)
+        elif isinstance(value, list):
+            ok = all(v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+                     for v in value)
+        else:
+            ok = value is None or isinstance(value, int | float | dict)
+        if not ok:
+            what = "text" if key == "name" else "a number, a list of numbers or null"
+            raise InputFileError(where, None, f"{key}: {json.dumps(value)[:60]} is not what "
+                                 f"pdsim writes there ({what})")
+    return dict(summary)
+
+
 def _num(v: Any) -> float:
     return math.nan if v is None or v == "" else float(v)
 
@@ -206,8 +227,10 @@ def read_run_dir(path: str | Path) -> RunData:
     if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
         raise InputFileError(str(d / "summary.json"), None, "no 'summary' object: not "
                              "written by pdsim run")
-    summary = dict(doc["summary"])
+    where = str(d / "summary.json")
+    summary = check_summary(doc["summary"], where)
     summary.setdefault("name", doc.get("name"))
+    check_summary({"name": summary["name"]}, where)
     requests = None
     for fname in ("requests.csv", "requests.parquet"):
         if (d / fname).is_file():
@@ -225,4 +248,5 @@ def read_compare_json(path: str | Path) -> dict[str, RunData]:
     if not isinstance(doc, dict) or not isinstance(doc.get("summaries"), dict):
         raise InputFileError(str(p), None, "no 'summaries' object: not written by "
                              "pdsim compare")
-    return {k: RunData(k, dict(v)) for k, v in doc["summaries"].items()}
+    return {str(k): RunData(str(k), check_summary(v, f"{p}: summaries.{k}"))
+            for k, v in doc["summaries"].items()}

@@ -3,9 +3,11 @@ figure that never touches pyplot, and the styling of quantity-over-time panels."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -22,6 +24,21 @@ VARIANT_COLORS = {"pd_before_fix": "tab:red", "pd_after_fix": "tab:blue",
 PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
            "tab:olive", "tab:cyan", "tab:red", "tab:gray")
 LINESTYLES = ("-", "--", ":", "-.")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def plain_text(fn: F) -> F:
+    """Build and save figures with text drawn as written: run, pool and key names are the
+    user's, and one with ``$`` (``$\\bad$``) is not mathtext matplotlib may fail to parse."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def label(name: str) -> str:

@@ -38,6 +38,7 @@ from pdsim.plot_style import color as _color
 from pdsim.plot_style import figure as _figure
 from pdsim.plot_style import label as _label
 from pdsim.plot_style import note as _note
+from pdsim.plot_style import plain_text
 from pdsim.plot_style import style_series as _style_series
 from pdsim.plot_style import title as _title
 from pdsim.run_folder import check_folder
@@ -371,6 +372,7 @@ def _save(fig: Figure, path: Path) -> Path:
     return write_atomic(path, figure_png(fig))
 
 
+@plain_text
 def write_run_figures(run: RunData, out: Path) -> list[Path]:
     """Write ``RUN_PLOTS`` for one run to ``out``; a plot the run has no data for (no
     speculative decoding, no time series) is left out."""
@@ -392,6 +394,7 @@ def write_run_plots(res: Results, out: str | Path) -> list[Path]:
     return write_run_figures(run_data(res), Path(out))
 
 
+@plain_text
 def write_comparison_figures(runs: Mapping[str, RunData], out: Path) -> list[Path]:
     """Write ``COMPARE_PLOTS`` to ``out``; the latency and throughput plots need
     per-request records, so a ``compare.json`` alone gives only the first two."""

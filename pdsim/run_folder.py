@@ -8,10 +8,13 @@ interrupted rerun left with files of two runs is refused, never read as one run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,45 @@ def prepare_out_file(path: str | Path) -> Path:
         raise OutputError(p, "is a folder; give a file name")
     prepare_out_dir(p.parent)
     return p
+
+
+def refuse_inputs(outputs: Iterable[str | Path], inputs: Iterable[str | Path | None]) -> None:
+    """``OutputError`` when an output path is one of the command's input files (the same
+    file by any name: a link, ``./``, ``..``), checked before anything is written."""
+    ins = [Path(i) for i in inputs if i is not None and str(i) != ""]
+    for out in outputs:
+        o = Path(out)
+        for i in ins:
+            if not i.exists() or not o.exists():
+                same = i.resolve() == o.resolve()
+            else:
+                same = os.path.samefile(i, o)
+            if same:
+                raise OutputError(o, f"is the input {i}; writing it would replace the "
+                                     "input: give another output path")
+
+
+STAGE_PREFIX = ".pdsim-new-"
+
+
+@contextlib.contextmanager
+def staged_folder(out: Path) -> Iterator[Path]:
+    """A hidden folder inside ``out`` to write a new result into; when the block ends
+    without an error its files (the manifest last) replace ``out``'s, and it is removed
+    either way. So a run that fails or is killed while writing (a plot matplotlib cannot
+    draw, a full disk) leaves ``out``'s previous result as it was: write beside, then
+    swap."""
+    stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=out))
+    try:
+        yield stage
+        names = sorted(p.name for p in stage.iterdir() if p.name != MANIFEST)
+        begin_folder(out)  # the renames are the only moment the folder is mixed
+        for name in names:
+            os.replace(stage / name, out / name)
+        if (stage / MANIFEST).exists():
+            os.replace(stage / MANIFEST, out / MANIFEST)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def begin_folder(out: Path) -> None:

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 
 from pdsim.errors import InputFileError, PdsimError
 from pdsim.output import write_atomic
+from pdsim.plot_style import plain_text
 
 SWEEP_TABLE = "sweep.csv"
 SWEEP_PLOT = "sweep.png"
@@ -172,6 +173,7 @@ def sweep_figure(table: SweepTable) -> Figure:
     return fig
 
 
+@plain_text
 def write_sweep_plots(result_dir: str | Path, out: str | Path | None = None,
                       filename: str = SWEEP_PLOT) -> list[Path]:
     """Write ``sweep.png`` (or ``filename``) for the sweep folder ``result_dir`` to ``out``

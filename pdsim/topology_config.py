@@ -90,6 +90,14 @@ def transfer_issues(cfg: Any) -> list[tuple[str, str]]:
     topo = cfg.connector.topology
     colocated = cfg.cluster.mode == "colocated"
     issues = []
+    bw_field = type(cfg.connector).model_fields["link_bandwidth_gb_per_s"]
+    if (topo is not None and not colocated
+            and cfg.connector.link_bandwidth_gb_per_s != bw_field.default):
+        issues.append(("connector.link_bandwidth_gb_per_s",
+                       f"{cfg.connector.link_bandwidth_gb_per_s:g} would change nothing: "
+                       "connector.topology sets the transfer bandwidth (its "
+                       "nic_bandwidth_gb_per_s and per_flow_cap_gb_per_s); set those, or "
+                       "connector.topology: null for one link per P->D pair"))
     for i, deg in enumerate(cfg.faults.link_degradations):
         name, path = deg.link, f"faults.link_degradations.{i}.link"
         if name is None:
@@ -102,11 +110,21 @@ def transfer_issues(cfg: Any) -> list[tuple[str, str]]:
                     m.group(2)) >= counts["decode"]:
                 issues.append((path, f"no link {name!r}; links are P<i>->D<j> with i < "
                                      f"{counts['prefill']} and j < {counts['decode']}"))
+            elif any(g != str(int(g)) for g in m.groups()):  # P01->D0 would match no link
+                issues.append((path, f"{name!r}: write 'P{int(m.group(1))}->D"
+                                     f"{int(m.group(2))}' (numbers without leading zeros, "
+                                     "as the links are named)"))
         else:
             m = NIC_NAME.fullmatch(name)
             if m is None:
                 issues.append((path, f"{name!r} names no NICs: with connector.topology, name "
                                      "a node's NICs (node0) or one NIC (node0/nic1)"))
+            elif any(g is not None and g != str(int(g)) for g in m.groups()):
+                # the network names its NICs node1/nic0; node01/nic00 would match none
+                canonical = f"node{int(m.group(1))}" + (
+                    "" if m.group(2) is None else f"/nic{int(m.group(2))}")
+                issues.append((path, f"{name!r}: write {canonical!r} (numbers without "
+                                     "leading zeros, as the network names its NICs)"))
             elif m.group(2) is not None and int(m.group(2)) >= topo.nics_per_node:
                 issues.append((path, f"no NIC {name!r}: nodes have {topo.nics_per_node} "
                                      f"NICs, nic0..nic{topo.nics_per_node - 1}"))

@@ -21,7 +21,7 @@ from pdsim.loader import derived_values, dump_config
 from pdsim.output import records_csv, write_atomic, write_json, write_parquet
 from pdsim.realdata.bench_synthesis import run_bench_result
 from pdsim.results import RECORD_FIELDS, Results
-from pdsim.run_folder import begin_folder, finish_folder, prepare_out_dir
+from pdsim.run_folder import finish_folder, prepare_out_dir, staged_folder
 from pdsim.timeseries import write_timeseries
 
 if TYPE_CHECKING:
@@ -41,34 +41,35 @@ def summary_document(res: Results) -> dict[str, object]:
 
 
 def write_run(res: Results, out: Path, plots: bool = False, timeline: bool = False) -> None:
-    """Write a run's files to ``out``, as a unit: the old manifest goes first, the new one
-    (``manifest.json``, naming the run and every file's SHA-256) comes last."""
+    """Write a run's files to ``out``, as a unit: written beside the previous result
+    (``staged_folder``) and swapped in only once all of them, and their manifest
+    (``manifest.json``, naming the run and every file's SHA-256), are complete."""
     prepare_out_dir(out)
-    begin_folder(out)
     config_text = dump_config(res.config)
-    written = [
-        write_atomic(out / "config.resolved.yaml", config_text + "".join(
-            f"# {k}: {v}\n" for k, v in derived_values(res.config).items())),
-        write_atomic(out / "requests.csv", records_csv(res.records, RECORD_FIELDS)),
-        write_parquet(out / "requests.parquet", res.records, RECORD_FIELDS),
-        # vLLM json.dumps its float burstiness: constant gaps (infinite) read ``Infinity``
-        write_json(out / "bench_result.json", run_bench_result(res),
-                   infinite_keys=("burstiness",)),
-        write_timeseries(res, out / "timeseries.csv"),
-        write_json(out / "summary.json", summary_document(res)),
-    ]
-    if plots:
-        from pdsim.plots import write_run_plots
+    with staged_folder(out) as stage:
+        written = [
+            write_atomic(stage / "config.resolved.yaml", config_text + "".join(
+                f"# {k}: {v}\n" for k, v in derived_values(res.config).items())),
+            write_atomic(stage / "requests.csv", records_csv(res.records, RECORD_FIELDS)),
+            write_parquet(stage / "requests.parquet", res.records, RECORD_FIELDS),
+            # vLLM json.dumps its float burstiness: constant gaps (infinite) read ``Infinity``
+            write_json(stage / "bench_result.json", run_bench_result(res),
+                       infinite_keys=("burstiness",)),
+            write_timeseries(res, stage / "timeseries.csv"),
+            write_json(stage / "summary.json", summary_document(res)),
+        ]
+        if plots:
+            from pdsim.plots import write_run_plots
 
-        written += write_run_plots(res, out)
-    if timeline:
-        from pdsim.timeline import write_timeline
+            written += write_run_plots(res, stage)
+        if timeline:
+            from pdsim.timeline import write_timeline
 
-        written.append(write_timeline(res, out / "timeline.json"))
-    finish_folder(out, [p.name for p in written if p is not None], {
-        "pdsim_version": __version__, "name": res.config.name, "seed": res.config.seed,
-        "config_sha256": hashlib.sha256(config_text.encode("utf-8")).hexdigest(),
-        "partial": res.partial})
+            written.append(write_timeline(res, stage / "timeline.json"))
+        finish_folder(stage, [p.name for p in written if p is not None], {
+            "pdsim_version": __version__, "name": res.config.name, "seed": res.config.seed,
+            "config_sha256": hashlib.sha256(config_text.encode("utf-8")).hexdigest(),
+            "partial": res.partial})
 
 
 def write_compare_plots(cmp: Comparison, out: Path) -> list[Path]:

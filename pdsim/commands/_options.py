@@ -14,3 +14,12 @@ SetOpt = Annotated[list[str] | None, typer.Option(
     help="Override a config value: dotted.key=value (repeatable).")]
 SeedOpt = Annotated[int | None, typer.Option(help="Random seed (overrides the config's).")]
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config file.")]
+
+
+def out_path(text: str) -> Path:
+    """An output path given on the command line. Empty (``--out "$UNSET"``) is refused:
+    ``Path("")`` is the working folder, which the command would write into unasked."""
+    if not text.strip():
+        raise typer.BadParameter("is empty (an unset variable?); an empty path would "
+                                 "write into the working folder, so name the folder")
+    return Path(text)

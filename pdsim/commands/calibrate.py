@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from pdsim.commands._formats import format_error, format_value
-from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
+from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt, out_path
 
 if TYPE_CHECKING:
     from pdsim.realdata.calibrate import CalibrationReport
@@ -145,7 +145,7 @@ def register(app: typer.Typer) -> None:
         method: Annotated[str, typer.Option(
             help="Optimiser: least-squares (scipy least_squares, trf), nelder-mead, or auto "
                  "(nelder-mead when a speculative.* parameter is fitted).")] = "auto",
-        out: Annotated[Path | None, typer.Option(
+        out: Annotated[Path | None, typer.Option(parser=out_path,
             help="Write the calibrated config (YAML) here.")] = None,
         json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")
                          ] = False,

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from pdsim.commands._options import out_path
+
 
 def _deployment_file(path: Path) -> tuple[dict[str, Any], Path]:
     """A deployment YAML: ``hf_config``, optional ``hardware``, and per role a mapping of
@@ -73,7 +75,7 @@ def register(app: typer.Typer) -> None:
     @app.command("import-vllm")
     @user_errors
     def import_vllm(
-        out: Annotated[Path, typer.Option(
+        out: Annotated[Path, typer.Option(parser=out_path,
             metavar="DIR",
             help="Folder to write config.yaml and the model profile (<model>.model.yaml) "
                  "into.")],
@@ -112,7 +114,7 @@ def register(app: typer.Typer) -> None:
         from pdsim.importers.hf_config import read_hf_config
         from pdsim.importers.render import result_yaml
         from pdsim.output import write_atomic
-        from pdsim.run_folder import prepare_out_dir
+        from pdsim.run_folder import prepare_out_dir, refuse_inputs
 
         options = {"prefill": (prefill, prefill_count), "decode": (decode, decode_count),
                    "colocated": (colocated, colocated_count)}
@@ -134,9 +136,11 @@ def register(app: typer.Typer) -> None:
         if hf_config is None:
             raise PdsimError("--hf-config: missing; give the model's config.json")
         cfg = read_hf_config(hf_config)
-        prepare_out_dir(out)
         result = import_deployment(commands, cfg, hf_source=hf_config.name)
         config_text, profile_text = result_yaml(result, hf_config.name)
+        refuse_inputs([out / result.profile_file, out / "config.yaml"],
+                      [deployment, hf_config])
+        prepare_out_dir(out)
         write_atomic(out / result.profile_file, profile_text)
         write_atomic(out / "config.yaml", config_text)
         for title, items in (("assumed", result.assumed), ("ignored", result.ignored)):

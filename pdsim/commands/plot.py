@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from pdsim.commands._options import out_path
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``plot`` command to ``app``."""
@@ -18,7 +20,7 @@ def register(app: typer.Typer) -> None:
     def plot(
         result_dir: Annotated[Path, typer.Argument(
             help="A folder written by pdsim run --out, compare --out or sweep --out.")],
-        out: Annotated[Path | None, typer.Option(
+        out: Annotated[Path | None, typer.Option(parser=out_path,
             help="Write the PNG files here instead of RESULT_DIR.")] = None,
     ) -> None:
         """Plot a result folder: latency CDFs, per-position acceptance, KV usage, queue

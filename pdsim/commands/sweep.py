@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
+from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt, out_path
 
 # (column, header, display scale, digits): the metrics the terminal table shows
 SHOWN_METRICS: tuple[tuple[str, str, float, int], ...] = (
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def sweep(
         config: ConfigArg,
-        out: Annotated[Path, typer.Option(
+        out: Annotated[Path, typer.Option(parser=out_path,
             help="Output folder: sweep.csv, sweep.parquet, points/<id>/ (the cache).")],
         grid: Annotated[list[str] | None, typer.Option(
             metavar="KEY=VALUES",
@@ -148,8 +148,8 @@ def register(app: typer.Typer) -> None:
             base = load_config(base.model_dump(mode="json"), set_ or [], seed=seed)
         from pdsim.run_folder import prepare_out_dir
 
+        run = SweepRun(base, spec.expand())  # every point validated, nothing written yet
         prepare_out_dir(out)  # before any point is simulated
-        run = SweepRun(base, spec.expand())
         keys = list(dict.fromkeys(k for p in run.points for k in p.params))
 
         prog, update = progress_display("sweep points")

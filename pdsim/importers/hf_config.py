@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from pdsim.errors import ConfigError, InputFileError, read_text_file
 from pdsim.perf.architecture import (
     AnyFFN,
@@ -40,6 +42,13 @@ from pdsim.perf.architecture import (
     NoMixer,
 )
 
+MAX_HF_INT = 2**31
+"""The largest dimension or count a config.json may give: no model comes near it, and
+every size derived from it stays finite."""
+MAX_HF_LAYERS = 10_000
+"""The most layers (``num_hidden_layers``) pdsim builds a profile for, checked before any
+layer is built; the deepest published models have a few hundred."""
+
 TORCH_DTYPES: dict[str, DType] = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16",
                                   "float32": "fp32", "float": "fp32"}
 """``torch_dtype`` (and vLLM ``--dtype``) names and the pdsim dtype each is."""
@@ -53,6 +62,8 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise InputFileError(str(path), exc.lineno, f"not valid JSON: {exc.msg}",
                              column=exc.colno) from None
+    except RecursionError:
+        raise InputFileError(str(path), None, "nested too deeply for a config.json") from None
     if not isinstance(data, dict):
         raise InputFileError(str(path), 1, "expected a JSON object (a model's config.json)")
     return data
@@ -88,7 +99,7 @@ class _Reader:
         return None
 
     def int(self, *keys: str, default: int | None = None, why: str = "",
-            field: str = "") -> int:
+            field: str = "", minimum: int = 0) -> int:
         v = self.first(*keys)
         if v is None:
             if default is None:
@@ -96,9 +107,13 @@ class _Reader:
                                   "to build the model profile")
             self.assumed.append((field or keys[0], f"{default} ({why})"))
             return default
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            what = "a non-negative" if minimum == 0 else f"a (>= {minimum})"
             raise ConfigError(f"{self.source}: {keys[0]}",
-                              f"expected a non-negative whole number, got {v!r}")
+                              f"expected {what} whole number, got {str(v)[:40]!r}")
+        if v > MAX_HF_INT:
+            raise ConfigError(f"{self.source}: {keys[0]}",
+                              f"{v} is too large (at most {MAX_HF_INT:,})")
         return v
 
     def fail(self, key: str, message: str) -> ConfigError:
@@ -128,7 +143,7 @@ def _attention(r: _Reader, window: int | None) -> AnyMixer:
                         qk_nope_head_dim=r.int("qk_nope_head_dim"),
                         qk_rope_head_dim=r.int("qk_rope_head_dim"),
                         v_head_dim=r.int("v_head_dim"))
-    heads = r.int("num_attention_heads")
+    heads = r.int("num_attention_heads", minimum=1)
     hidden = r.int("hidden_size")
     gate = r.cfg.get("attn_output_gate")
     if gate is None and r.cfg.get("model_type") == "qwen3_next":
@@ -241,6 +256,9 @@ def _layers(r: _Reader) -> list[tuple[AnyMixer, AnyFFN]]:
     n = r.int("num_hidden_layers")
     if n < 1:
         raise r.fail("num_hidden_layers", "must be at least 1")
+    if n > MAX_HF_LAYERS:
+        raise r.fail("num_hidden_layers", f"{n:,} layers; pdsim builds at most "
+                     f"{MAX_HF_LAYERS:,}")
     dense = DenseFFN(intermediate_size=r.int("intermediate_size"))
     pattern = _hybrid_pattern(r, n)
     if pattern is not None:
@@ -257,16 +275,17 @@ def _layers(r: _Reader) -> list[tuple[AnyMixer, AnyFFN]]:
             "-": (NoMixer(), mlp),
             "E": (NoMixer(), moe if moe is not None else NoFFN())}
         return [kinds[c] for c in pattern]
-    window = r.first("sliding_window")
+    kinds_per_layer = _mixer_kinds(r, n)
+    window = (r.int("sliding_window", minimum=1) if "sliding" in kinds_per_layer else None)
     mixers: dict[str, AnyMixer] = {}
     out: list[tuple[AnyMixer, AnyFFN]] = []
     moe = _moe(r)
-    for i, kind in enumerate(_mixer_kinds(r, n)):
+    for i, kind in enumerate(kinds_per_layer):
         if kind not in mixers:
             if kind == "attention":
                 mixers[kind] = _attention(r, None)
             elif kind == "sliding":
-                mixers[kind] = _attention(r, int(window))
+                mixers[kind] = _attention(r, window)
             elif kind == "linear":
                 mixers[kind] = GatedDeltaNetMixer(
                     num_key_heads=r.int("linear_num_key_heads"),
@@ -348,6 +367,18 @@ def architecture_from_hf(cfg: Mapping[str, Any], name: str,
                          source: str = "config.json") -> ImportedModel:
     """The model profile a ``config.json`` describes. ``source`` names the file in errors
     and in the profile's ``sources``. Raises ``ConfigError``."""
+    try:
+        return _architecture(cfg, name, source)
+    except ValidationError as exc:  # values each in range whose combination is no model
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(source, f"these values give no valid model: {exc.title} "
+                          f"{where}: {err['msg']}") from None
+    except (ArithmeticError, ValueError, TypeError) as exc:  # e.g. a string where a count is
+        raise ConfigError(source, f"these values give no valid model ({exc})") from None
+
+
+def _architecture(cfg: Mapping[str, Any], name: str, source: str) -> ImportedModel:
     r = _Reader(cfg, source)
     layers = _layers(r)
     torch_dtype = r.first("torch_dtype", "dtype")

@@ -122,7 +122,7 @@ def _parse_size(text: str, where: str) -> int:
         if t and t[-1] in units:
             return int(float(t[:-1]) * units[t[-1]])
         return int(t)
-    except ValueError:
+    except (ValueError, OverflowError):  # "infk", "nank": a float times a unit, not finite
         raise ConfigError(where, f"{text!r} is not a whole number (e.g. 32768, 32k)") from None
 
 
@@ -149,18 +149,29 @@ def _convert(value: str, kind: Kind, where: str) -> Any:
     return value
 
 
-def _set_dotted(target: dict[str, Any], keys: list[str], raw: str) -> None:
-    """``--x.a.b value``: set target[a][b]; a key ending in ``+`` appends to a list."""
+def _set_dotted(target: dict[str, Any], keys: list[str], raw: str, where: str = "") -> None:
+    """``--x.a.b value``: set target[a][b]; a key ending in ``+`` appends to a list. Keys
+    that contradict each other (``--x.a 3 --x.a.b 4``) are a ``ConfigError``."""
     try:
         value: Any = json.loads(raw)
     except json.JSONDecodeError:
         value = raw
     node = target
-    for k in keys[:-1]:
+    for n, k in enumerate(keys[:-1]):
         node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ConfigError(where, f"{'.'.join(keys[:n + 1])} was given the value "
+                              f"{node!r}, so it has no key {keys[n + 1]!r}")
     last = keys[-1]
     if last.endswith("+"):
-        node.setdefault(last[:-1], []).append(value)
+        items = node.setdefault(last[:-1], [])
+        if not isinstance(items, list):
+            raise ConfigError(where, f"{last[:-1]} was given the value {items!r}, not a "
+                              "list to append to")
+        items.append(value)
+    elif isinstance(node.get(last), dict) and not isinstance(value, dict):
+        raise ConfigError(where, f"{'.'.join(keys)} has keys set and cannot also be "
+                          f"{value!r}")
     else:
         node[last] = value
 
@@ -228,7 +239,7 @@ def parse_serve_command(command: str, where: str = "command") -> ServeArgs:
         if dot and base in _OPTIONS and _OPTIONS[base][1] == "json":
             raw, i = _take_value(tokens, i, given, opt_where)
             _set_dotted(json_parts.setdefault(base, {}), sub.replace("-", "_").split("."),
-                        raw)
+                        raw, opt_where)
             continue
         negated = name.startswith("no-") and name[3:] in _OPTIONS
         key = name[3:] if negated else name

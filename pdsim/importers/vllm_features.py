@@ -188,7 +188,7 @@ def connector_settings(parsed: Mapping[str, ServeArgs], roles: Mapping[str, str]
                               "(e.g. '{\"kv_connector\":\"NixlConnector\",\"kv_role\":"
                               "\"kv_both\"}')")
         name = kv.get("kv_connector")
-        if name not in _CONNECTORS:
+        if not isinstance(name, str) or name not in _CONNECTORS:
             raise ConfigError(where, f"kv_connector {name!r}: pdsim models "
                               f"{', '.join(sorted(_CONNECTORS))}")
         role_kv = kv.get("kv_role")

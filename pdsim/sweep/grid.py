@@ -21,6 +21,9 @@ from pdsim.loader import YamlShapeError, parse_override, parse_yaml, read_yaml
 Point = dict[str, Any]
 
 MAX_RANGE_VALUES = 10_000
+MAX_SWEEP_POINTS = 10_000
+"""The most points one sweep may ask for: the product of the axes (and the explicit
+points), checked before anything is expanded."""
 SWEEP_FILE_KEYS = ("base_overrides", "grid", "points")
 
 
@@ -143,6 +146,13 @@ def expand_points(grid: Sequence[tuple[str, Sequence[Any]]],
     for k, vals in grid:
         if not len(vals):
             raise ConfigError(k, "a grid axis needs at least one value")
+    asked = math.prod(len(v) for _, v in grid) * (1 if points is None else len(points))
+    if asked > MAX_SWEEP_POINTS:
+        sizes = " x ".join(str(len(v)) for _, v in grid)
+        if points is not None:
+            sizes += f" x {len(points)} explicit points"
+        raise ConfigError("--grid", f"the sweep asks for {asked:,} points ({sizes}); at "
+                                    f"most {MAX_SWEEP_POINTS:,}: sweep fewer values per axis")
     combos = [dict(zip(keys, vals, strict=True))
               for vals in itertools.product(*(v for _, v in grid))]
     if points is None:

@@ -59,6 +59,11 @@ class TraceRows:
 
 # --------------------------------------------------------------------------- mooncake
 
+MAX_TIMESTAMP_MS = 1e15
+"""The largest Mooncake timestamp read: epoch milliseconds (about 1.8e12 now) fit, and a
+float64 still resolves an eighth of a millisecond at it; a longer integer would not even
+convert to a float."""
+
 
 def read_mooncake(path: str | Path, hash_block_tokens: int = 512) -> TraceRows:
     """Read a Mooncake JSONL trace; ``hash_ids`` may be absent (then no block hashes).
@@ -90,6 +95,11 @@ def read_mooncake(path: str | Path, hash_block_tokens: int = 512) -> TraceRows:
             if key not in row:
                 raise InputFileError(file, lineno, f"missing field {key!r}")
         ts = row["timestamp"]
+        if isinstance(ts, int | float) and not isinstance(ts, bool) and (
+                abs(ts) > MAX_TIMESTAMP_MS and (isinstance(ts, int) or math.isfinite(ts))):
+            got = f"a {len(str(abs(ts)))}-digit number" if isinstance(ts, int) else f"{ts:g}"
+            raise InputFileError(file, lineno, f"timestamp must be at most "
+                                 f"{MAX_TIMESTAMP_MS:g} ms (got {got})")
         if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
             raise InputFileError(file, lineno,
                                  f"timestamp must be a finite number of ms (got {ts!r})")

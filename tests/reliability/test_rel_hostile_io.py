@@ -66,11 +66,14 @@ def test_a_finished_folder_carries_a_manifest_readers_check(tmp_path: Path) -> N
     assert_error(["plot", str(tmp_path / "o")], "requests.csv", "does not match manifest.json")
 
 
-def test_an_interrupted_rerun_leaves_a_folder_readers_refuse(
+def test_an_interrupted_rerun_leaves_the_previous_result_readable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new files are written beside the old ones and swapped in only when complete."""
     import pdsim.writers as writers
+    from pdsim.run_folder import check_folder
 
     _write_small_run(tmp_path / "o")
+    before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "o").iterdir())
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
@@ -78,8 +81,8 @@ def test_an_interrupted_rerun_leaves_a_folder_readers_refuse(
     monkeypatch.setattr(writers, "write_timeseries", interrupted)
     with pytest.raises(KeyboardInterrupt):
         _write_small_run(tmp_path / "o")
-    assert (tmp_path / "o" / "summary.json").is_file()  # the old run's, next to new files
-    assert_error(["plot", str(tmp_path / "o")], "no manifest.json", "did not finish")
+    assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "o").iterdir()) == before
+    assert "summary.json" in check_folder(tmp_path / "o")["files"]
 
 
 def test_sigterm_keeps_the_results_like_ctrl_c(tmp_path: Path,
