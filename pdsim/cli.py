@@ -19,6 +19,7 @@ from pdsim.commands._shared import (
     err_console,
     interrupt_exit_code,
     load,
+    print_config_warnings,
     sigterm_as_interrupt,
     simulation_progress,
     user_errors,
@@ -81,6 +82,7 @@ def run(
     from pdsim.simulation import Simulation
 
     cfg = load(config, set_, seed)
+    print_config_warnings(cfg)
     if out is not None:
         from pdsim.run_folder import prepare_out_dir
 
@@ -142,8 +144,9 @@ def compare(
 
     Prints the table and a headline; --out writes compare.json, with --plots the
     comparison PNGs."""
-    from pdsim.compare import compare as run_compare
+    from pdsim.compare import Comparison, variant_configs
     from pdsim.report import comparison_table
+    from pdsim.simulation import simulate
 
     _check_report(report, out)
     cfg = load(config, set_, seed)
@@ -152,13 +155,19 @@ def compare(
         raise PdsimError("speculative.method: none: without a drafter the fix changes "
                          "nothing, so before and after are the same run; compare a config "
                          "with speculation (or add --colocated for P/D against colocated)")
+    print_config_warnings(cfg)
     if out is not None:
         from pdsim.run_folder import prepare_out_dir
 
         prepare_out_dir(out)
-    prog, update = simulation_progress()
-    with prog:
-        cmp = run_compare(cfg, colocated=colocated, progress=update)
+    cmp = Comparison({})
+    variants = variant_configs(cfg, colocated)
+    for i, (name, vcfg) in enumerate(variants.items(), start=1):
+        # a display per variant: its name, and an ETA from its own rate, not the elapsed
+        # time of the variants before it
+        prog, update = simulation_progress(f"{name} ({i}/{len(variants)})")
+        with prog:
+            cmp.variants[name] = simulate(vcfg, progress=update)
     console.print(comparison_table(cmp, title=f"{cfg.name}: P/D before vs after the fix"))
     h = cmp.headline()
     if not speculating:
@@ -211,8 +220,7 @@ def show_config(config: ConfigArg, set_: SetOpt = None, seed: SeedOpt = None) ->
     sys.stdout.write("# derived values\n")
     for k, v in derived_values(cfg).items():
         sys.stdout.write(f"# {k}: {v}\n")
-    for warning in cfg.warnings:
-        err_console.print(f"warning: {warning}", markup=False, highlight=False)
+    print_config_warnings(cfg)
 
 
 @app.command()

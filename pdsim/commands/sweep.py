@@ -90,6 +90,7 @@ def register(app: typer.Typer) -> None:
         console,
         err_console,
         interrupt_exit_code,
+        print_config_warnings,
         progress_display,
         sigterm_as_interrupt,
         user_errors,
@@ -151,6 +152,7 @@ def register(app: typer.Typer) -> None:
         prepare_out_dir(out)  # before any point is simulated
         run = SweepRun(base, spec.expand())
         keys = list(dict.fromkeys(k for p in run.points for k in p.params))
+        print_config_warnings(*(p.config for p in run.points))
 
         prog, update = progress_display("sweep points")
         try:
