@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt
 from pdsim.commands._shared import (
@@ -28,8 +30,20 @@ from pdsim.errors import PdsimError
 
 __all__ = ["app", "console", "err_console", "main", "user_errors"]
 
+class _FullHelpGroup(TyperGroup):
+    """The command list shows each command's whole first paragraph, wrapped, where click
+    would cut it at the terminal width with "..."."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and cmd.help and not cmd.short_help:
+                cmd.short_help = " ".join(cmd.help.split("\n\n")[0].split())
+        super().format_commands(ctx, formatter)
+
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None,
+                  rich_markup_mode=None, cls=_FullHelpGroup,
                   help="pdsim: simulate P/D disaggregated LLM serving with MTP speculation.")
 
 
