@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from pdsim.commands._options import ConfigArg, SeedOpt, SetOpt, out_path
 from pdsim.commands._shared import (
@@ -19,6 +21,7 @@ from pdsim.commands._shared import (
     err_console,
     interrupt_exit_code,
     load,
+    print_config_warnings,
     sigterm_as_interrupt,
     simulation_progress,
     user_errors,
@@ -27,8 +30,20 @@ from pdsim.errors import PdsimError
 
 __all__ = ["app", "console", "err_console", "main", "user_errors"]
 
+class _FullHelpGroup(TyperGroup):
+    """The command list shows each command's whole first paragraph, wrapped, where click
+    would cut it at the terminal width with "..."."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and cmd.help and not cmd.short_help:
+                cmd.short_help = " ".join(cmd.help.split("\n\n")[0].split())
+        super().format_commands(ctx, formatter)
+
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None,
+                  rich_markup_mode=None, cls=_FullHelpGroup,
                   help="pdsim: simulate P/D disaggregated LLM serving with MTP speculation.")
 
 
@@ -82,6 +97,7 @@ def run(
     from pdsim.simulation import Simulation
 
     cfg = load(config, set_, seed)
+    print_config_warnings(cfg)
     if out is not None:
         from pdsim.run_folder import prepare_out_dir
 
@@ -144,8 +160,9 @@ def compare(
 
     Prints the table and a headline; --out writes compare.json, with --plots the
     comparison PNGs."""
-    from pdsim.compare import compare as run_compare
+    from pdsim.compare import Comparison, variant_configs
     from pdsim.report import comparison_table
+    from pdsim.simulation import simulate
 
     _check_report(report, out)
     cfg = load(config, set_, seed)
@@ -154,13 +171,19 @@ def compare(
         raise PdsimError("speculative.method: none: without a drafter the fix changes "
                          "nothing, so before and after are the same run; compare a config "
                          "with speculation (or add --colocated for P/D against colocated)")
+    print_config_warnings(cfg)
     if out is not None:
         from pdsim.run_folder import prepare_out_dir
 
         prepare_out_dir(out)
-    prog, update = simulation_progress()
-    with prog:
-        cmp = run_compare(cfg, colocated=colocated, progress=update)
+    cmp = Comparison({})
+    variants = variant_configs(cfg, colocated)
+    for i, (name, vcfg) in enumerate(variants.items(), start=1):
+        # a display per variant: its name, and an ETA from its own rate, not the elapsed
+        # time of the variants before it
+        prog, update = simulation_progress(f"{name} ({i}/{len(variants)})")
+        with prog:
+            cmp.variants[name] = simulate(vcfg, progress=update)
     console.print(comparison_table(cmp, title=f"{cfg.name}: P/D before vs after the fix"))
     h = cmp.headline()
     if not speculating:
@@ -213,8 +236,7 @@ def show_config(config: ConfigArg, set_: SetOpt = None, seed: SeedOpt = None) ->
     sys.stdout.write("# derived values\n")
     for k, v in derived_values(cfg).items():
         sys.stdout.write(f"# {k}: {v}\n")
-    for warning in cfg.warnings:
-        err_console.print(f"warning: {warning}", markup=False, highlight=False)
+    print_config_warnings(cfg)
 
 
 @app.command()

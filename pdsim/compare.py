@@ -87,20 +87,27 @@ def variant(cfg: SimConfig, **changes: Any) -> SimConfig:
     return config_from_dict(apply_overrides(cfg.model_dump(mode="json"), overrides))
 
 
-def compare(cfg: SimConfig, colocated: bool = False,
-            progress: ProgressFn | None = None) -> Comparison:
-    """Simulate P/D before the fix, after it, and optionally colocated (standalone)."""
+def variant_configs(cfg: SimConfig, colocated: bool = False) -> dict[str, SimConfig]:
+    """The configs ``compare`` simulates, by variant name: P/D before the fix, after it,
+    and optionally colocated (standalone) on the same instances."""
     out = {
-        "pd_before_fix": simulate(variant(cfg, connector__prefill_backoff="off"),
-                                  progress=progress),
-        "pd_after_fix": simulate(variant(cfg, connector__prefill_backoff="auto"),
-                                 progress=progress),
+        "pd_before_fix": variant(cfg, connector__prefill_backoff="off"),
+        "pd_after_fix": variant(cfg, connector__prefill_backoff="auto"),
     }
     if colocated:
         c = cfg.cluster
         count = c.count(Role.PREFILL) + c.count(Role.DECODE)
         co = c.single(Role.DECODE, "the colocated variant").model_dump(mode="json")
         co["count"] = count
-        out["colocated"] = simulate(variant(cfg, cluster__mode="colocated",
-                                            cluster__colocated=co), progress=progress)
-    return Comparison(out)
+        out["colocated"] = variant(cfg, cluster__mode="colocated", cluster__colocated=co)
+    return out
+
+
+def compare(cfg: SimConfig, colocated: bool = False,
+            progress: ProgressFn | None = None) -> Comparison:
+    """Simulate P/D before the fix, after it, and optionally colocated (standalone).
+
+    ``progress`` is called with ``(done, total)`` requests of each variant in turn (the
+    CLI shows one progress line per variant instead, see ``pdsim.cli.compare``)."""
+    return Comparison({name: simulate(vcfg, progress=progress)
+                       for name, vcfg in variant_configs(cfg, colocated).items()})

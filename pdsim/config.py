@@ -252,7 +252,8 @@ class SimConfig(StrictModel):
             out.append(
                 f"speculative.stale_kv: sensitivity_per_slot and residual_guess_accuracy "
                 f"were fitted to {STALE_KV_FIT.model_profile}, not to this model ({this}); "
-                f"fit them to this model's measurements with `pdsim calibrate` or set them")
+                f"fit them to this model's measurements with `pdsim calibrate`, or set them "
+                f"in the config if you know this model's values")
         pools = self.cluster.pools()
         owners = [(f"{p.path}.step_time", p.group.step_time) for p in pools
                   if p.group.step_time is not None]

@@ -28,6 +28,7 @@ from pdsim.plot_data import (
     read_compare_json,
     read_run_dir,
 )
+from pdsim.summary import display, format_change
 from pdsim.sweep_figures import (
     SWEEP_METRICS,
     SweepTable,
@@ -94,17 +95,10 @@ HEADLINE_KEYS = ("completed", "duration_s", "request_throughput_req_s", "accepta
                  *(m[0] for m in CHANGE_METRICS))
 
 
-def _change(a: Any, b: Any) -> str:
-    numbers = [float(x) for x in (a, b)
-               if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)]
-    if len(numbers) < 2 or numbers[0] == 0:
-        return "-"
-    return f"{(numbers[1] / numbers[0] - 1) * 100:+.1f}%"
-
-
 def summary_html(runs: Mapping[str, RunData], only: Sequence[str] | None = None) -> str:
-    """Every scalar summary value (or those in ``only``), one column per run (and the
-    change in percent when there are exactly two)."""
+    """Every scalar summary value (or those in ``only``), one column per run, in the
+    units the CLI shows (``pdsim.summary.display``: ms, %, GB), and the change when there
+    are exactly two (``format_change``: points for a fraction, percent otherwise)."""
     keys: dict[str, None] = {}
     for r in runs.values():
         for k, v in r.summary.items():
@@ -118,11 +112,18 @@ def summary_html(runs: Mapping[str, RunData], only: Sequence[str] | None = None)
     rows = []
     for k in keys:
         vals = [runs[n].summary.get(k) for n in names]
-        row: list[Any] = [k, *vals]
+        shown = display(k)
+        row: list[Any] = [shown.label, *(_scaled(v, shown.scale) for v in vals)]
         if two:
-            row.append(_change(*vals))
+            row.append(format_change(k, *vals))
         rows.append(row)
     return _table(headers, rows)
+
+
+def _scaled(v: Any, scale: float) -> Any:
+    if scale == 1.0 or isinstance(v, bool) or not isinstance(v, int | float):
+        return v
+    return float(v) * scale
 
 
 def instances_html(instances: Mapping[str, Mapping[str, Any]]) -> str | None:

@@ -12,7 +12,7 @@ Pure functions of the per-request records and the instances' step facts:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -288,7 +288,7 @@ def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
         d_local_prefill_tokens=int(col["d_local_prefill_tokens"].sum()) if n else 0,
         preemptions=int(col["num_preemptions"].sum()) if n else 0,
         slo=_slo(col, finished, duration, config),
-        instances=_instances(instances),
+        instances=_instances(instances, records),
     )
 
 
@@ -361,8 +361,27 @@ def _step_weighted_mean(steps: StepColumns, name: str, horizon_s: float,
     return _pairwise_sum(held, len(steps)) / horizon_s
 
 
-def _instances(instances: list[InstanceFacts]) -> dict[str, InstanceSummary]:
-    """Per instance, time-weighted over the run's horizon (the last step end)."""
+def prefill_slot_intervals(records: Sequence[Mapping[str, Any]], instance: str
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """``[p_start_s, p_end_s)`` of every request prefilled on ``instance``: the time each
+    held a prefill slot there. What "running" means on a prefill instance, in every output
+    (summary, timeseries.csv, plots, report): P's step log counts its batch at step ends,
+    after the step's finished prefills have left it, so it reads near 0 however busy P
+    is. A request whose prefill has not ended (an interrupted run) is not counted."""
+    mine = [r for r in records if r.get("prefill_instance") == instance]
+    start = np.asarray([np.nan if r["p_start_s"] is None else r["p_start_s"] for r in mine],
+                       dtype=np.float64)
+    end = np.asarray([np.nan if r["p_end_s"] is None else r["p_end_s"] for r in mine],
+                     dtype=np.float64)
+    keep = np.isfinite(start) & np.isfinite(end)
+    return start[keep], end[keep]
+
+
+def _instances(instances: list[InstanceFacts], records: Sequence[Mapping[str, Any]] = ()
+               ) -> dict[str, InstanceSummary]:
+    """Per instance, time-weighted over the run's horizon (the last step end). Running
+    requests on a prefill instance: ``prefill_slot_intervals``; elsewhere the step log's
+    batch at each step end, held for the step."""
     horizon = max((float(f.step_end_s[-1]) for f in instances if len(f.step_end_s)),
                   default=0.0)
     per_inst = {}
@@ -371,7 +390,12 @@ def _instances(instances: list[InstanceFacts]) -> dict[str, InstanceSummary]:
         kv = running = 0.0
         if len(steps) and horizon > 0:
             kv = _step_weighted_mean(steps, "kv_used_blocks", horizon, f.num_blocks)
-            running = _step_weighted_mean(steps, "running", horizon)
+            if f.role == "prefill":
+                start, end = prefill_slot_intervals(records, f.name)
+                held = np.clip(end, 0.0, horizon) - np.clip(start, 0.0, horizon)
+                running = float(held.sum()) / horizon
+            else:
+                running = _step_weighted_mean(steps, "running", horizon)
         per_inst[f.name] = InstanceSummary(
             role=f.role, steps=len(f.step_end_s),
             busy_fraction=f.busy_s / horizon if horizon > 0 else 0.0,

@@ -198,7 +198,7 @@ def queue_depth_figure(data: Any) -> Figure:
     else:
         _note(axes[0], "no requests-in-system series (timeseries.csv) for this run")
     panels = (("waiting", "waiting (queued)", None), ("receiving", "receiving KV", None),
-              ("running", "running (batch;\nP: prefilling)", "prefilling"))
+              ("running", "running (batch;\nP: prefilling)", None))
     any_drawn = False
     for ax, (metric, label, on_p) in zip(axes[1:], panels, strict=True):
         if _stairs_by_instance(ax, runs, metric, prefill_metric=on_p):

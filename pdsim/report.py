@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from pdsim.compare import Comparison
+from pdsim.summary import format_change
 
 
 def _fmt(v: Any, digits: int = 2) -> str:
@@ -112,16 +113,11 @@ def comparison_table(cmp: Comparison, title: str = "P/D before vs after the fix"
         t.add_column("after vs before", justify="right")
     for row in cmp.table():
         cells = [_fmt(row[n]) for n in names]
-        if has_pair:
-            b, a = row["pd_before_fix"], row["pd_after_fix"]
-            if not (_finite(a) and _finite(b)):
-                change = "-"
-            elif row["key"] in ("acceptance_rate",) or row["key"].startswith("per_position"):
-                change = f"{a - b:+.1f} pt"
-            elif b != 0.0:
-                change = f"{(a / b - 1) * 100:+.1f}%"
-            else:
-                change = "-"
-            cells.append(change)
+        if has_pair:  # from the stored values, by the rule the HTML report follows
+            key = row["key"]
+            b, a = (cmp.variants[n].summary.get(key) if key in cmp.variants[n].summary
+                    else row[n] / 100.0 if _finite(row[n]) else None
+                    for n in ("pd_before_fix", "pd_after_fix"))
+            cells.append(format_change(key, b, a))
         t.add_row(row["metric"], *cells)
     return t

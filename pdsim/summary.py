@@ -194,3 +194,58 @@ class RunSummary(Mapping[str, Any]):
 
     def items(self) -> ItemsView[str, Any]:
         return self.as_dict().items()
+
+
+# ------------------------------------------------------------------ display units
+
+#: Summary keys that are fractions: shown in %, and a change between two runs in points.
+FRACTION_KEYS: frozenset[str] = frozenset({
+    "acceptance_rate", "slo_attainment", "prefix_cache_hit_rate", "busy_fraction",
+    "mean_kv_usage"})
+
+
+@dataclass(frozen=True, slots=True)
+class Display:
+    """How a summary value is shown in a table: ``label`` (with its unit), the factor
+    from the stored value (SI: seconds, bytes, fractions) to the shown one, and whether a
+    change between two runs is in points (a fraction) rather than in percent."""
+
+    label: str
+    scale: float
+    points: bool = False
+
+
+def display(key: str) -> Display:
+    """The one rule every table follows (the CLI's, the HTML report's): latencies of a
+    request step (TTFT, TPOT, ITL, a KV transfer) in ms, other times in s, fractions in %,
+    bytes in GB, rates per second as their unit says."""
+    if key in FRACTION_KEYS or key.startswith("per_position_"):
+        return Display(f"{key} (%)", 100.0, points=True)
+    for suffix, unit in (("_req_s", "req/s"), ("_tok_s", "tok/s")):
+        if key.endswith(suffix):
+            return Display(f"{key.removesuffix(suffix)} ({unit})", 1.0)
+    if key.endswith("_s"):
+        short = any(m in key for m in ("ttft", "tpot", "itl", "mean_kv_transfer"))
+        return Display(f"{key.removesuffix('_s')} ({'ms' if short else 's'})",
+                       1e3 if short else 1.0)
+    if key.endswith("bytes_transferred"):
+        return Display(f"{key} (GB)", 1e-9)
+    return Display(key, 1.0)
+
+
+def format_change(key: str, before: Any, after: Any) -> str:
+    """``after`` against ``before`` (stored values of summary key ``key``): ``+1.4 pt``
+    for a fraction (``display(key).points``), ``+3.0%`` otherwise, ``-`` when either is
+    missing or not finite, or a relative change has no base (before is 0)."""
+    import math
+
+    nums = [float(x) for x in (before, after)
+            if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)]
+    if len(nums) < 2:
+        return "-"
+    b, a = nums
+    if display(key).points:
+        return f"{(a - b) * 100.0:+.1f} pt"
+    if b == 0:
+        return "-"
+    return f"{(a / b - 1) * 100:+.1f}%"

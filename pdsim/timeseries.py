@@ -26,9 +26,11 @@ Every series is piecewise constant in simulated time, built from facts a run rec
   rejected request, whose leaving time is not recorded, not at all). It includes what the
   per-instance counts miss under P/D (requests pinned on P or in transfer, and requests
   inside a step, which the step-end counts no longer hold), so Little's law holds on it.
-- **Prefill instances** (``prefilling``): requests being prefilled, from the records'
-  ``[p_start_s, p_end_s)``. P's ``running`` is counted at step ends, after the step's
-  prefilled requests have left the batch, so it is near 0 whatever P does.
+- **Prefill instances** (``running``, and ``prefilling``, the same values under the name
+  earlier versions wrote): requests holding a prefill slot, from the records'
+  ``[p_start_s, p_end_s)`` (``pdsim.metrics.prefill_slot_intervals``, as the summary's
+  ``mean_running`` counts them). P's step log counts its batch at step ends, after the
+  step's prefilled requests have left it, which would read near 0 whatever P does.
 
 ``timeseries(res)`` averages every series over equal time bins (exact integrals, not
 samples) and returns a ``TimeSeries``; ``write_timeseries`` writes it as
@@ -48,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pdsim.errors import InputFileError
+from pdsim.metrics import prefill_slot_intervals
 from pdsim.output import write_atomic
 
 if TYPE_CHECKING:
@@ -295,10 +298,9 @@ def timeseries(res: Results, bin_s: float | None = None,
     tracks: dict[str, Track] = {}
     for f in res.instances:
         tracks[f.name] = Track(f.name, f.role, {
-            k: s.bin_means(edges) for k, s in instance_series(f, idle).items()})
-        if f.role == "prefill":
-            tracks[f.name].values["prefilling"] = _prefilling(res.records, f.name).bin_means(
-                edges)
+            k: s.bin_means(edges) for k, s in _instance_series(res, f, idle).items()})
+        if f.role == "prefill":  # the name earlier versions wrote P's running under
+            tracks[f.name].values["prefilling"] = tracks[f.name].values["running"].copy()
     for name, samples in res.links.items():
         tracks[name] = Track(name, "link", {
             k: s.bin_means(edges) for k, s in link_series(samples).items()})
@@ -306,6 +308,15 @@ def timeseries(res: Results, bin_s: float | None = None,
         "output_tok_s": _throughput_bins(res.records, edges),
         "in_system": in_system_series(res.records, float(edges[-1])).bin_means(edges)})
     return TimeSeries(edges, tracks)
+
+
+def _instance_series(res: Results, f: InstanceFacts, idle: str) -> dict[str, StepSeries]:
+    """``instance_series``, with ``running`` on a prefill instance counted as the summary
+    counts it: requests holding a prefill slot (``prefill_slot_intervals``)."""
+    out = instance_series(f, idle)
+    if f.role == "prefill":
+        out["running"] = _prefilling(res.records, f.name)
+    return out
 
 
 def count_series(starts_s: np.ndarray, ends_s: np.ndarray) -> StepSeries:
@@ -332,10 +343,7 @@ def in_system_series(records: Sequence[Mapping[str, Any]], end_s: float) -> Step
 
 
 def _prefilling(records: Sequence[Mapping[str, Any]], instance: str) -> StepSeries:
-    mine = [r for r in records if r["prefill_instance"] == instance]
-    start, end = _column(mine, "p_start_s"), _column(mine, "p_end_s")
-    keep = np.isfinite(start) & np.isfinite(end)
-    return count_series(start[keep], end[keep])
+    return count_series(*prefill_slot_intervals(records, instance))
 
 
 def _throughput_bins(records: Iterable[Mapping[str, Any]], edges: np.ndarray) -> np.ndarray:
@@ -364,7 +372,7 @@ def time_weighted_means(res: Results, idle: str = "zero") -> dict[str, dict[str,
     h = horizon_s(res)
     out: dict[str, dict[str, float]] = {}
     for f in res.instances:
-        out[f.name] = {k: s.mean(0.0, h) for k, s in instance_series(f, idle).items()}
+        out[f.name] = {k: s.mean(0.0, h) for k, s in _instance_series(res, f, idle).items()}
     for name, samples in res.links.items():
         out[name] = {k: s.mean(0.0, h) for k, s in link_series(samples).items()}
     return out

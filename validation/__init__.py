@@ -5,7 +5,8 @@ table or figure it comes from, what had to be assumed), a pdsim configuration th
 reproduces its setup, how to read pdsim's figure from the run(s), a tolerance and a role
 (``fit``: the step-time helper may fit defaults to it; ``holdout``: kept out of every fit).
 
-``python -m validation`` runs every row and regenerates ``docs/validation.md``.
+``python -m validation`` runs every row; ``--write`` regenerates ``docs/validation.md``
+and ``--check`` compares it without writing.
 """
 
 from validation.harness import RowResult, run_row, run_rows

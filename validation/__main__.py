@@ -1,4 +1,6 @@
-"""``python -m validation``: run the rows, print the table, regenerate docs/validation.md."""
+"""``python -m validation``: run the rows and print them; ``--write`` regenerates
+docs/validation.md, ``--check`` compares it (reads only). Without either nothing is written,
+so a check never dirties the tree."""
 
 from __future__ import annotations
 
@@ -34,18 +36,28 @@ def pdsim_commit() -> str:
 def _print(results: list[RowResult]) -> None:
     for r in results:
         flag = "pass" if r.passed else "FAIL"
-        print(f"{r.row.role.value:7} {r.row.kind.value:8} {r.row.id:52} pdsim {r.pdsim_value:10.4g}"
-              f"  published {r.published:10.4g}  error {r.error_pct:+7.1f}%"
-              f"  tol {r.row.tolerance_pct:3.0f}%  {flag}")
+        print(format_row(r, flag))
+
+
+def format_row(r: RowResult, flag: str) -> str:
+    """One printed row: both values with the row's unit (``ms``, ``tok/s``, ``x`` ...)."""
+    unit = r.row.published.unit
+    return (f"{r.row.role.value:7} {r.row.kind.value:8} {r.row.id:52} "
+            f"pdsim {r.pdsim_value:10.4g} {unit:8} published {r.published:10.4g} {unit:8}"
+            f"  error {r.error_pct:+7.1f}%  tol {r.row.tolerance_pct:3.0f}%  {flag}")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m validation", description=__doc__)
     ap.add_argument("--role", choices=["fit", "holdout"], help="only rows of this role")
     ap.add_argument("--row", action="append", default=[], metavar="ID", help="only this row")
-    ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 if a row fails or the doc is stale")
-    ap.add_argument("--no-write", action="store_true", help="print the table only")
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 if a row fails or the doc is stale")
+    what.add_argument("--write", action="store_true",
+                      help="regenerate the document (--doc) from a full run")
+    ap.add_argument("--no-write", action="store_true",
+                    help="print the table only (the default; kept for old scripts)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     ap.add_argument("--doc", type=Path, default=DOC, help="document to regenerate")
     ap.add_argument("--commit", help="pdsim commit to record (default: git of pdsim)")
@@ -76,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.doc} is stale: run {COMMAND}")
                 status = 1
         return status
-    if full and not args.no_write:
+    if args.write and not full:
+        print(f"--write needs every row (no --role/--row): {args.doc} left as it is")
+    if full and args.write and not args.no_write:
         meta = Meta(datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
                     args.commit or pdsim_commit())
         args.doc.write_text(render(results, meta), encoding="utf-8")

@@ -12,7 +12,7 @@ import yaml
 from validation.harness import EXPLAIN_ABOVE_PCT, RowResult, summarize
 
 NOT_USED = Path(__file__).parent / "not_used.yaml"
-COMMAND = ".venv/bin/python -m validation"
+COMMAND = ".venv/bin/python -m validation --write"
 TARGETS_PCT = {"ratio": 15.0, "absolute": 25.0}
 _META = re.compile(r"^Generated on (?P<date>\S+) from pdsim commit `(?P<commit>[^`]+)` by "
                    r"`(?P<command>[^`]+)`\.$", re.M)

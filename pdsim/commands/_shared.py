@@ -191,9 +191,20 @@ def progress_display(label: str) -> tuple[AbstractContextManager[Any],
     return prog, update
 
 
-def simulation_progress() -> tuple[AbstractContextManager[Any], Callable[[int, int], None]]:
-    """``progress_display`` for requests of a simulation."""
-    return progress_display("simulating (requests)")
+def simulation_progress(name: str | None = None
+                        ) -> tuple[AbstractContextManager[Any], Callable[[int, int], None]]:
+    """``progress_display`` for requests of a simulation (``name``: which one, when a
+    command runs several)."""
+    return progress_display(f"simulating {name} (requests)" if name else
+                            "simulating (requests)")
+
+
+def print_config_warnings(*cfgs: SimConfig) -> None:
+    """``cfg.warnings`` (fits borrowed from another model or GPU, ignored settings) on
+    stderr, one ``warning:`` line each, every distinct one once over ``cfgs`` (a sweep's
+    points): wherever a run starts, as ``show-config`` shows them."""
+    for warning in dict.fromkeys(w for cfg in cfgs for w in cfg.warnings):
+        err_console.print(f"warning: {warning}", markup=False, highlight=False)
 
 
 def load(config: Path, overrides: list[str] | None, seed: int | None = None) -> SimConfig:

@@ -90,6 +90,7 @@ def register(app: typer.Typer) -> None:
         console,
         err_console,
         interrupt_exit_code,
+        print_config_warnings,
         progress_display,
         sigterm_as_interrupt,
         user_errors,
@@ -151,6 +152,7 @@ def register(app: typer.Typer) -> None:
         run = SweepRun(base, spec.expand())  # every point validated, nothing written yet
         prepare_out_dir(out)  # before any point is simulated
         keys = list(dict.fromkeys(k for p in run.points for k in p.params))
+        print_config_warnings(*(p.config for p in run.points))
 
         prog, update = progress_display("sweep points")
         try:

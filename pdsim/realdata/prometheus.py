@@ -307,6 +307,14 @@ def read_scrape(path: str | Path) -> Scrape:
 def _sum(series: Iterable[tuple[LabelSet, SeriesCounts]], file: str, source: str
          ) -> AcceptanceStats:
     items = list(series)
+    models = sorted({dict(ls).get("model_name", "") for ls, _ in items})
+    if len(models) > 1:
+        # engines of one model add up; two models' counters would make a rate of neither
+        names = ", ".join(repr(m) for m in models)
+        raise InputFileError(file, None,
+                             f"the selected spec-decode series belong to {len(models)} "
+                             f"models (model_name {names}); summing them would mix their "
+                             f"acceptance, so pick one with --label model_name=NAME")
     npos = max(len(c.accepted_per_pos) for _, c in items)
     per_pos = [0] * npos
     for _, c in items:

@@ -96,3 +96,36 @@ def test_verbose_adds_debug_lines_and_default_has_none() -> None:
     plain = CliRunner().invoke(app, args)
     assert plain.exit_code == 0
     assert "DEBUG" not in plain.stderr
+
+
+def test_compare_progress_is_per_variant_named_with_its_own_eta(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each variant gets its own progress line, named, whose elapsed time and ETA start
+    at that variant: the second variant's ETA is not inflated by the first one's time."""
+    import functools
+    import re
+
+    ticks = [0.0]
+
+    def clock() -> float:  # one simulated second per progress update
+        ticks[0] += 1.0
+        return ticks[0]
+
+    monkeypatch.setattr(_shared, "PROGRESS_INTERVAL_S", 0.0)
+    monkeypatch.setattr(_shared, "LogProgress",
+                        functools.partial(_shared.LogProgress, clock=clock))
+    args = ["compare", str(ROOT / "configs" / "mtp3.yaml"), "--set",
+            "workload.num_requests=300", "--colocated"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    finals = {}
+    for name, i in (("pd_before_fix", 1), ("pd_after_fix", 2), ("colocated", 3)):
+        lines = [ln for ln in out.stderr.splitlines()
+                 if f"simulating {name} ({i}/3) (requests): " in ln]
+        assert len(lines) >= 2, out.stderr
+        assert "300/300 (100%)" in lines[-1]
+        h, m, s = re.search(r"elapsed (\d+):(\d\d):(\d\d)", lines[-1]).groups()  # type: ignore[union-attr]
+        finals[name] = int(h) * 3600 + int(m) * 60 + int(s)
+    # one display carried through all three would end near 2x and 3x the first's time
+    first = finals["pd_before_fix"]
+    assert all(abs(v - first) <= 0.5 * first for v in finals.values()), finals

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MTP3 = str(ROOT / "configs" / "mtp3.yaml")
 BEFORE = str(ROOT / "examples" / "real" / "metrics_before.txt")
 AFTER = str(ROOT / "examples" / "real" / "metrics_after.txt")
+LABEL = ["--label", "model_name=synthetic/mtp3-a"]
 
 
 def _help(*cmd: str) -> str:
@@ -63,7 +64,11 @@ def test_compare_refuses_a_config_without_speculation() -> None:
 
 
 def test_import_metrics_yaml_on_stdout_report_on_stderr() -> None:
-    out = CliRunner().invoke(app, ["import-metrics", BEFORE, AFTER])
+    mixed = CliRunner().invoke(app, ["import-metrics", BEFORE, AFTER])
+    assert mixed.exit_code == 2  # two models' series: never summed silently
+    assert "synthetic/mtp3-a" in mixed.stderr and "synthetic/mtp3-b" in mixed.stderr
+    assert "--label model_name=" in mixed.stderr and mixed.stdout == ""
+    out = CliRunner().invoke(app, ["import-metrics", BEFORE, AFTER, *LABEL])
     assert out.exit_code == 0, out.output
     data = yaml.safe_load(out.stdout)
     assert data["speculative"]["method"] == "mtp"
@@ -75,12 +80,41 @@ def test_import_metrics_yaml_on_stdout_report_on_stderr() -> None:
 def test_import_metrics_method_and_output_file(tmp_path: Path) -> None:
     target = tmp_path / "acceptance.yaml"
     out = CliRunner().invoke(app, ["import-metrics", BEFORE, AFTER, "--method", "eagle3",
-                                   "-o", str(target)])
+                                   "-o", str(target), *LABEL])
     assert out.exit_code == 0, out.output
     assert out.stdout == ""
     data = yaml.safe_load(target.read_text())
     assert data["speculative"]["method"] == "eagle3"
     assert "assumed" not in target.read_text()
-    bad = CliRunner().invoke(app, ["import-metrics", AFTER, "--method", "medusa"])
+    bad = CliRunner().invoke(app, ["import-metrics", AFTER, "--method", "medusa", *LABEL])
     assert bad.exit_code == 2
     assert "--method medusa" in bad.stderr
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_command_list_shows_every_description_whole(width: int) -> None:
+    """``pdsim --help`` lists each command with its whole first paragraph, wrapped at
+    the terminal width, never cut short with "..."."""
+    out = CliRunner().invoke(app, ["--help"], terminal_width=width)
+    assert out.exit_code == 0, out.output
+    listing = out.output.split("Commands:", 1)[1]
+    assert "..." not in listing
+    flat = " ".join(listing.split())
+    for info in app.registered_commands:
+        if info.callback is None or not info.callback.__doc__:
+            continue
+        first = " ".join(info.callback.__doc__.strip().split("\n\n")[0].split())
+        assert first in flat, (info.name, first)
+
+
+def test_readme_lists_every_extra() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    para = readme[readme.index("optional dependencies come as extras"):]
+    para = para[:para.index("\n\n")]
+    for name in extras:
+        if name != "dev":
+            assert f"`{name}`" in para, name

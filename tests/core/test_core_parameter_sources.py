@@ -74,3 +74,26 @@ def test_show_config_warns_that_a_colocated_cluster_ignores_the_topology() -> No
     assert not any("topology" in w for w in pd.warnings)
     co = load_config("configs/inkling_small_pd_mtp8.yaml", ["cluster.mode=colocated"])
     assert any(w.startswith("connector.topology:") for w in co.warnings)
+
+
+def test_the_foreign_fit_warning_is_a_finished_sentence() -> None:
+    (warning,) = [w for w in load_config(CONFIGS / "mtp3.yaml").foreign_fit_warnings
+                  if "stale_kv" in w]
+    assert not warning.rstrip().endswith(("or set them", "or", "and", ","))
+    assert warning.rstrip().endswith("values")
+
+
+@pytest.mark.parametrize("command", [
+    ["run"], ["compare"],
+    ["sweep", "--grid", "workload.arrivals.rate_per_s=2,3", "--workers", "1"]])
+def test_every_command_that_runs_shows_the_foreign_fit_warning(
+        command: list[str], tmp_path: Path) -> None:
+    """The warning show-config gives appears wherever a run starts, once."""
+    args = [*command, str(CONFIGS / "mtp3.yaml"), "--set", "workload.num_requests=10"]
+    if command[0] == "sweep":
+        args += ["--out", str(tmp_path / "sweep"), "--no-records"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    (line,) = [ln for ln in res.stderr.splitlines() if "warning: speculative.stale_kv" in ln]
+    shown = CliRunner().invoke(app, ["show-config", str(CONFIGS / "mtp3.yaml")])
+    assert line in shown.stderr.splitlines()

@@ -44,7 +44,7 @@ def test_run_report_is_self_contained_with_every_chart(run_dir: Path) -> None:
     # latency CDFs, per-position acceptance, time series
     assert _charts(page) == ["chart-1", "chart-2", "chart-3"]
     for title in ("Latency CDFs", "Per-position acceptance", "Time series: ",
-                  "output_throughput_tok_s"):
+                  "output_throughput (tok/s)"):
         assert title in page
     config = (run_dir / "config.resolved.yaml").read_text(encoding="utf-8")
     shown = re.search(r"<pre>(.*?)</pre>", page, re.S)
@@ -116,3 +116,33 @@ def test_report_without_plotly_names_the_extra(run_dir: Path,
     r = runner.invoke(app, ["report", str(run_dir)])
     assert r.exit_code == 2
     assert "pdsim[report]" in r.output and "Traceback" not in r.output
+
+
+def test_report_summary_shows_units_and_the_cli_change_in_points() -> None:
+    """The report's summary table labels every value with its unit and scales it as the
+    CLI does (ms, %), and an acceptance-rate change reads in points, as the CLI says it."""
+    from rich.console import Console
+
+    import pdsim
+    from pdsim.compare import compare
+    from pdsim.html_report import summary_html
+    from pdsim.plot_data import as_runs
+    from pdsim.report import comparison_table
+    from pdsim.summary import format_change
+
+    cmp = compare(pdsim.load_config(Path(__file__).resolve().parents[2] / "configs" / "mtp3.yaml",
+                                    ["workload.num_requests=60"]))
+    page = summary_html(as_runs(cmp))
+    before = cmp.variants["pd_before_fix"].summary
+    after = cmp.variants["pd_after_fix"].summary
+    change = format_change("acceptance_rate", before["acceptance_rate"],
+                           after["acceptance_rate"])
+    assert change.endswith(" pt")
+    assert f"<td>acceptance_rate (%)</td><td>{before['acceptance_rate'] * 100:.6g}</td>" in page
+    assert f"<td>{change}</td>" in page
+    assert f"<td>mean_ttft (ms)</td><td>{before['mean_ttft_s'] * 1e3:.6g}</td>" in page
+    assert "mean_ttft_s" not in page
+    console = Console(width=200, record=True)
+    console.print(comparison_table(cmp))
+    (line,) = [ln for ln in console.export_text().splitlines() if "acceptance rate (%)" in ln]
+    assert line.rstrip(" │").endswith(change)

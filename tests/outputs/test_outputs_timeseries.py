@@ -217,3 +217,22 @@ def test_read_timeseries_errors(tmp_path: Path) -> None:
         read_timeseries(p)
     with pytest.raises(InputFileError, match="cannot read"):
         read_timeseries(tmp_path / "absent.csv")
+
+
+def test_running_on_p_is_the_requests_holding_a_prefill_slot(mtp3_res: Results) -> None:
+    """P's "running" is one figure everywhere: requests holding a prefill slot
+    (``[p_start_s, p_end_s)``), not the step log's batch at step ends (0 while P is busy)."""
+    from pdsim.metrics import prefill_slot_intervals
+
+    p = mtp3_res.summary["instances"]["P0"]
+    assert p["busy_fraction"] > 0.1
+    start, end = prefill_slot_intervals(mtp3_res.to_records(), "P0")
+    horizon = max(float(f.step_end_s[-1]) for f in mtp3_res.instances)
+    assert p["mean_running"] == pytest.approx(float((end - start).sum()) / horizon)
+    assert p["mean_running"] > 0.1
+    ts = timeseries(mtp3_res)
+    track = ts.tracks["P0"].values
+    assert track["running"].tolist() == track["prefilling"].tolist()
+    width = np.diff(ts.edges_s)
+    assert float((track["running"] * width).sum()) / horizon == pytest.approx(
+        p["mean_running"], rel=1e-9)

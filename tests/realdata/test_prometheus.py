@@ -65,31 +65,42 @@ AFTER = {("a", "0"): (1100, 3300, 2180, (880, 760, 540)),
          ("b", "0"): (550, 1650, 560, (330, 170, 60))}
 
 
-def test_one_scrape_aggregates_all_label_sets() -> None:
-    st = acceptance_from_scrape(parse_scrape(exposition(BEFORE)))
-    assert (st.num_drafts, st.num_draft_tokens, st.num_accepted_tokens) == (350, 1050, 570)
-    assert st.accepted_per_pos == (260, 190, 120)
-    assert len(st.label_sets) == 3
-    assert st.acceptance_rate == pytest.approx(570 / 1050)
-    assert st.acceptance_length == pytest.approx(1 + 570 / 350)
-    assert st.per_position_rates == pytest.approx((260 / 350, 190 / 350, 120 / 350))
+def test_one_scrape_sums_the_engines_of_one_model() -> None:
+    st = acceptance_from_scrape(parse_scrape(exposition(BEFORE)), {"model_name": "a"})
+    assert (st.num_drafts, st.num_draft_tokens, st.num_accepted_tokens) == (300, 900, 510)
+    assert st.accepted_per_pos == (230, 170, 110)
+    assert len(st.label_sets) == 2
+    assert st.acceptance_rate == pytest.approx(510 / 900)
+    assert st.acceptance_length == pytest.approx(1 + 510 / 300)
+    assert st.per_position_rates == pytest.approx((230 / 300, 170 / 300, 110 / 300))
     assert sum(st.per_position_rates) == pytest.approx(st.acceptance_length - 1)
     assert st.num_speculative_tokens == 3
+
+
+def test_two_models_are_never_summed() -> None:
+    """Without a selector, two models' counters are an error naming both, not a sum."""
+    scrape = parse_scrape(exposition(BEFORE), "m.txt")
+    for selector in (None, {"engine": "0"}):
+        with pytest.raises(InputFileError, match=r"2 models \(model_name 'a', 'b'\).*"
+                                                 r"--label model_name=NAME"):
+            acceptance_from_scrape(scrape, selector)
+    with pytest.raises(InputFileError, match=r"2 models"):
+        acceptance_between(parse_scrape(exposition(BEFORE)), parse_scrape(exposition(AFTER)))
 
 
 @pytest.mark.parametrize("suffix,created", [("_total", True), ("", False), ("_total", False)])
 def test_counter_spellings(suffix: str, created: bool) -> None:
     st = acceptance_from_scrape(parse_scrape(exposition(BEFORE, suffix=suffix,
-                                                        created=created)))
-    assert st.num_drafts == 350 and st.accepted_per_pos == (260, 190, 120)
+                                                        created=created)), {"model_name": "a"})
+    assert st.num_drafts == 300 and st.accepted_per_pos == (230, 170, 110)
 
 
 def test_selector_filters_label_sets() -> None:
     scrape = parse_scrape(exposition(BEFORE))
     a = acceptance_from_scrape(scrape, {"model_name": "a"})
     assert (a.num_drafts, a.num_accepted_tokens, a.accepted_per_pos) == (300, 510, (230, 170, 110))
-    e0 = acceptance_from_scrape(scrape, {"engine": "0"})
-    assert e0.num_drafts == 150
+    e0 = acceptance_from_scrape(scrape, {"engine": "0", "model_name": "b"})
+    assert e0.num_drafts == 50
     one = acceptance_from_scrape(scrape, {"model_name": "a", "engine": "1"})
     assert one.num_drafts == 200 and one.label_sets == ('{engine="1",model_name="a"}',)
     with pytest.raises(InputFileError, match=r"no spec-decode series matches.*label sets present"):
@@ -99,20 +110,19 @@ def test_selector_filters_label_sets() -> None:
 def test_two_scrapes_give_the_interval() -> None:
     before, after = parse_scrape(exposition(BEFORE), "b.txt"), parse_scrape(exposition(AFTER),
                                                                            "a.txt")
-    st = acceptance_between(before, after)
-    assert (st.num_drafts, st.num_draft_tokens, st.num_accepted_tokens) == (2500, 7500, 4000)
-    assert st.accepted_per_pos == (1900, 1350, 750)
-    assert st.per_position_rates == pytest.approx((0.76, 0.54, 0.30))
-    assert st.acceptance_length == pytest.approx(2.6)
-    assert st.source == "b.txt -> a.txt"
     a = acceptance_between(before, after, {"model_name": "a"})
-    assert (a.num_drafts, a.accepted_per_pos) == (2000, (1600, 1200, 700))
+    assert (a.num_drafts, a.num_draft_tokens, a.num_accepted_tokens) == (2000, 6000, 3500)
+    assert a.accepted_per_pos == (1600, 1200, 700)
+    assert a.per_position_rates == pytest.approx((0.8, 0.6, 0.35))
+    assert a.acceptance_length == pytest.approx(2.75)
+    assert a.source == "b.txt -> a.txt"
 
 
 def test_new_series_counts_from_zero() -> None:
     before = {k: v for k, v in BEFORE.items() if k != ("b", "0")}
-    st = acceptance_between(parse_scrape(exposition(before)), parse_scrape(exposition(AFTER)))
-    assert st.num_drafts == (1000 + 1000 + 550)
+    st = acceptance_between(parse_scrape(exposition(before)), parse_scrape(exposition(AFTER)),
+                            {"model_name": "b"})
+    assert st.num_drafts == 550
 
 
 def test_counter_reset_is_an_error() -> None:
@@ -131,7 +141,8 @@ def test_vanished_series_is_an_error() -> None:
 
 def test_zero_drafts_in_interval_is_an_error() -> None:
     with pytest.raises(InputFileError, match="zero drafted steps"):
-        acceptance_between(parse_scrape(exposition(BEFORE)), parse_scrape(exposition(BEFORE)))
+        acceptance_between(parse_scrape(exposition(BEFORE)), parse_scrape(exposition(BEFORE)),
+                           {"model_name": "a"})
 
 
 @pytest.mark.parametrize("text,pattern,line", [
@@ -169,11 +180,12 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_config_snippet_is_a_valid_pdsim_config() -> None:
-    st = acceptance_between(parse_scrape(exposition(BEFORE)), parse_scrape(exposition(AFTER)))
+    st = acceptance_between(parse_scrape(exposition(BEFORE)), parse_scrape(exposition(AFTER)),
+                            {"model_name": "a"})
     data = yaml.safe_load(st.to_config_yaml())
     spec = SpeculativeConfig.model_validate_json(json.dumps(data["speculative"]))
     assert spec.method == "mtp" and spec.num_speculative_tokens == 3
-    assert spec.acceptance.rates == pytest.approx((0.76, 0.54, 0.30))  # type: ignore[union-attr]
+    assert spec.acceptance.rates == pytest.approx((0.8, 0.6, 0.35))  # type: ignore[union-attr]
 
 
 def test_ragged_draft_counts_fall_back_to_positions() -> None:
@@ -186,14 +198,15 @@ def test_ragged_draft_counts_fall_back_to_positions() -> None:
 
 def test_import_metrics_report_on_shipped_examples() -> None:
     before, after = str(EXAMPLES / "metrics_before.txt"), str(EXAMPLES / "metrics_after.txt")
-    once, _ = import_metrics_report([after], None)
-    interval, snippet = import_metrics_report([before, after], None)
-    assert len(interval.label_sets) == 3 and interval.num_speculative_tokens == 3
-    assert interval.num_drafts < once.num_drafts
+    with pytest.raises(InputFileError, match="'synthetic/mtp3-a', 'synthetic/mtp3-b'"):
+        import_metrics_report([before, after], None)  # two models: never summed
+    sel = {"model_name": "synthetic/mtp3-a"}
+    once, _ = import_metrics_report([after], sel)
+    a, snippet = import_metrics_report([before, after], sel)
+    assert len(a.label_sets) == 2 and a.num_speculative_tokens == 3
+    assert a.num_drafts < once.num_drafts
     assert "SYNTHETIC EXAMPLE" in (EXAMPLES / "metrics_before.txt").read_text().splitlines()[0]
-    a, _ = import_metrics_report([before, after], {"model_name": "synthetic/mtp3-a"})
     b, _ = import_metrics_report([before, after], {"model_name": "synthetic/mtp3-b"})
-    assert a.num_drafts + b.num_drafts == interval.num_drafts
     assert a.acceptance_length > b.acceptance_length
     yaml.safe_load(snippet)
     with pytest.raises(PdsimError, match="one metrics scrape, or two"):
@@ -208,8 +221,9 @@ def test_shipped_examples_are_reproducible(tmp_path: Path) -> None:
 
 
 def test_concatenated_scrapes_sum_identical_label_sets() -> None:
-    single = acceptance_from_scrape(parse_scrape(exposition(BEFORE)))
-    both = acceptance_from_scrape(parse_scrape(exposition(BEFORE) + exposition(BEFORE)))
+    single = acceptance_from_scrape(parse_scrape(exposition(BEFORE)), {"model_name": "a"})
+    both = acceptance_from_scrape(parse_scrape(exposition(BEFORE) + exposition(BEFORE)),
+                                  {"model_name": "a"})
     assert both.num_drafts == 2 * single.num_drafts
     assert both.accepted_per_pos == tuple(2 * c for c in single.accepted_per_pos)
     assert both.acceptance_length == pytest.approx(single.acceptance_length)
