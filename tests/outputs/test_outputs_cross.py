@@ -101,14 +101,16 @@ def test_bench_result_and_requests_csv_agree_with_the_summary(
     assert _close(bench["request_throughput"], s["request_throughput_req_s"])
     assert _close(bench["output_throughput"], s["output_throughput_tok_s"])
     assert bench["total_output_tokens"] == s["total_output_tokens"]
-    for metric, key in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2el", "e2e_s")):
+    for metric, key in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("itl", "itl_s"),
+                        ("e2el", "e2e_s")):
         assert _close(bench[f"mean_{metric}_ms"], s[f"mean_{key}"] * 1e3), metric
         assert _close(bench[f"median_{metric}_ms"], s[f"p50_{key}"] * 1e3), metric
         assert _close(bench[f"p99_{metric}_ms"], s[f"p99_{key}"] * 1e3), metric
-    if s["num_drafts"]:
-        assert _close(bench["spec_decode_acceptance_rate"] / 100.0
-                      if bench["spec_decode_acceptance_rate"] > 1 else
-                      bench["spec_decode_acceptance_rate"], s["acceptance_rate"])
+    if s["num_drafts"]:  # vLLM's result file gives the rate in percent
+        assert _close(bench["spec_decode_acceptance_rate"], s["acceptance_rate"] * 100)
+        assert _close(bench["spec_decode_acceptance_length"], s["acceptance_length"])
+        assert bench["spec_decode_num_drafts"] == s["num_drafts"]
+        assert bench["spec_decode_accepted_tokens"] == s["num_accepted_tokens"]
     with open(out / "requests.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == s["num_requests"]
