@@ -54,7 +54,13 @@ def splits_table(splits: list[Any], title: str) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    from pdsim.commands._shared import console, err_console, progress_display, user_errors
+    from pdsim.commands._shared import (
+        console,
+        err_console,
+        print_config_warnings,
+        progress_display,
+        user_errors,
+    )
 
     @app.command()
     @user_errors
@@ -90,6 +96,7 @@ def register(app: typer.Typer) -> None:
         slo = cfg.slo
         if gpu_budget is not None:  # refuse a split it cannot make before the rate search
             pd_splits(cfg, gpu_budget, gpus_per_instance)
+        print_config_warnings(cfg)
 
         def show(tr: Any) -> None:
             err_console.print(f"  rate {tr.rate_per_s:.4g} req/s: "
