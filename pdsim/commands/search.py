@@ -90,12 +90,18 @@ def register(app: typer.Typer) -> None:
 
         from pdsim.loader import load_config
         from pdsim.output import to_json
-        from pdsim.search import best_pd_split, max_rate_meeting_slo, pd_splits
+        from pdsim.search import (
+            best_pd_split,
+            check_searchable,
+            max_rate_meeting_slo,
+            pd_splits,
+        )
 
         cfg = load_config(config, set_ or [], seed=seed)
         slo = cfg.slo
         if gpu_budget is not None:  # refuse a split it cannot make before the rate search
             pd_splits(cfg, gpu_budget, gpus_per_instance)
+        check_searchable(cfg)  # a config error first, then what the runs will rest on
         print_config_warnings(cfg)
 
         def show(tr: Any) -> None:
