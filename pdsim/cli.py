@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -34,7 +33,8 @@ class _FullHelpGroup(TyperGroup):
     """The command list shows each command's whole first paragraph, wrapped, where click
     would cut it at the terminal width with "..."."""
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    # Any: typer ships its own copy of click, whose Context the annotations must name
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
         for name in self.list_commands(ctx):
             cmd = self.get_command(ctx, name)
             if cmd is not None and cmd.help and not cmd.short_help:

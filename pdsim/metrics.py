@@ -200,9 +200,9 @@ def _positions(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
               ) -> LatencyStats:
-    """ITL statistics: the mean, std and lower weighted ``PERCENTILES`` of the gaps of
-    ``itl_distribution``, sorted with one copy of them alive at a time (a light-load run
-    has millions of steps)."""
+    """ITL statistics: the mean, std and weighted ``PERCENTILES`` (as ``np.percentile``
+    gives them) of the gaps of ``itl_distribution``, sorted with one copy of them alive
+    at a time (a light-load run has millions of steps)."""
     v, w = itl_distribution(instances, segments)
     if not len(v):
         return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
@@ -213,11 +213,26 @@ def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]
     mean = float(_pairwise_sum(lambda s: v[s] * w[s], len(v)) / total)
     std = float(math.sqrt(max(0.0, _pairwise_sum(lambda s: w[s] * (v[s] - mean) ** 2,
                                                   len(v)) / total)))
-    # the lower weighted percentile (the value at or above p% of the mass): on whole
-    # numbers, a cumulative weight >= x exactly where it is >= ceil(x)
-    pcts = [float(v[min(i, len(v) - 1)])
-            for i in _first_reaching(w, [math.ceil(p / 100.0 * total) for p in PERCENTILES])]
-    return LatencyStats(mean, std, *pcts)
+    return LatencyStats(mean, std, *_weighted_percentiles(v, w, int(total)))
+
+
+def _weighted_percentiles(v: np.ndarray, w: np.ndarray, n: int) -> list[float]:
+    """``np.percentile(np.repeat(v, w), PERCENTILES)`` (linear interpolation, vLLM's
+    ``vllm bench serve`` definition, so summary.json and bench_result.json give one p99
+    ITL), without the repeated array: ``v`` sorted, ``w`` its whole-number weights
+    summing to ``n``. Element k (0-based) of the repeated array is ``v[i]`` for the first
+    ``i`` whose cumulative weight reaches k + 1."""
+    ranks = [p / 100.0 * (n - 1) for p in PERCENTILES]
+    lows = [math.floor(r) for r in ranks]
+    idx = _first_reaching(w, [k + 1 for k in lows] + [min(k + 1, n - 1) + 1 for k in lows])
+    out = []
+    for j, (r, k) in enumerate(zip(ranks, lows, strict=True)):
+        a = float(v[min(idx[j], len(v) - 1)])
+        b = float(v[min(idx[j + len(lows)], len(v) - 1)])
+        t = r - k
+        # numpy's lerp, which interpolates from the nearer end
+        out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
+    return out
 
 
 def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: np.ndarray,

@@ -24,8 +24,14 @@ def _fmt(v: Any, digits: int = 2) -> str:
     return str(v)
 
 
+def _times(v: Any, scale: float) -> Any:
+    """``v * scale``; None (a value not defined for the run, as summary.json writes NaN)
+    stays None."""
+    return None if v is None else v * scale
+
+
 def summary_table(summary: Mapping[str, Any], title: str = "pdsim summary") -> Table:
-    """The headline metrics of one run."""
+    """The headline metrics of one run (a live summary, or summary.json's read back)."""
     t = Table(title=title, show_header=True, header_style="bold")
     t.add_column("metric")
     t.add_column("mean", justify="right")
@@ -35,7 +41,7 @@ def summary_table(summary: Mapping[str, Any], title: str = "pdsim summary") -> T
     for key, label in (("ttft_s", "TTFT (ms)"), ("tpot_s", "TPOT (ms)"),
                        ("itl_s", "ITL (ms)"), ("e2e_s", "E2E (s)")):
         scale = 1.0 if key == "e2e_s" else 1e3
-        t.add_row(label, *(_fmt(summary[f"{s}_{key}"] * scale)
+        t.add_row(label, *(_fmt(_times(summary[f"{s}_{key}"], scale))
                            for s in ("mean", "p50", "p90", "p99")))
     t2 = Table(show_header=False, box=None)
     t2.add_column("k")
@@ -53,7 +59,7 @@ def summary_table(summary: Mapping[str, Any], title: str = "pdsim summary") -> T
                                             for r in summary["per_position_acceptance_rates"])
          or "-"),
         ("KV transferred (GB)", _fmt(summary["kv_bytes_transferred"] / 1e9, 3)),
-        ("mean KV transfer (ms)", _fmt(summary["mean_kv_transfer_s"] * 1e3)),
+        ("mean KV transfer (ms)", _fmt(_times(summary["mean_kv_transfer_s"], 1e3))),
         ("tokens recomputed on D (backoff)", str(summary["tokens_recomputed_on_d"])),
         ("preemptions", str(summary["preemptions"])),
     ]

@@ -54,7 +54,13 @@ def splits_table(splits: list[Any], title: str) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    from pdsim.commands._shared import console, err_console, progress_display, user_errors
+    from pdsim.commands._shared import (
+        console,
+        err_console,
+        print_config_warnings,
+        progress_display,
+        user_errors,
+    )
 
     @app.command()
     @user_errors
@@ -84,12 +90,19 @@ def register(app: typer.Typer) -> None:
 
         from pdsim.loader import load_config
         from pdsim.output import to_json
-        from pdsim.search import best_pd_split, max_rate_meeting_slo, pd_splits
+        from pdsim.search import (
+            best_pd_split,
+            check_searchable,
+            max_rate_meeting_slo,
+            pd_splits,
+        )
 
         cfg = load_config(config, set_ or [], seed=seed)
         slo = cfg.slo
         if gpu_budget is not None:  # refuse a split it cannot make before the rate search
             pd_splits(cfg, gpu_budget, gpus_per_instance)
+        check_searchable(cfg)  # a config error first, then what the runs will rest on
+        print_config_warnings(cfg)
 
         def show(tr: Any) -> None:
             err_console.print(f"  rate {tr.rate_per_s:.4g} req/s: "

@@ -84,7 +84,7 @@ def test_the_foreign_fit_warning_is_a_finished_sentence() -> None:
 
 
 @pytest.mark.parametrize("command", [
-    ["run"], ["compare"],
+    ["run"], ["compare"], ["search", "--min-requests", "10", "--set", "slo.ttft_s=5"],
     ["sweep", "--grid", "workload.arrivals.rate_per_s=2,3", "--workers", "1"]])
 def test_every_command_that_runs_shows_the_foreign_fit_warning(
         command: list[str], tmp_path: Path) -> None:

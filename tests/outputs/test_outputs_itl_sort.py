@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pdsim.metrics as metrics
+from pdsim.summary import PERCENTILES
 
 # gaps drawn from few values (ties, as equal step times give) or from many
 _gaps = st.lists(st.one_of(st.sampled_from([0.0, 0.0125, 0.02, 0.5]),
@@ -58,3 +59,15 @@ def test_first_reaching_is_searchsorted_on_the_cumulative_sum(
     targets = data.draw(st.lists(st.integers(0, int(cum[-1]) + 3), max_size=8))
     want = [int(np.searchsorted(cum, t, side="left")) for t in targets]
     assert metrics._first_reaching(w, targets, block) == want
+
+
+def test_weighted_percentiles_are_numpys_on_the_repeated_gaps() -> None:
+    """The summary's ITL percentiles are np.percentile's (vLLM's, as bench_result.json
+    computes them from each request's gaps), bit for bit, not the lower weighted ones."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 60))
+        v = np.sort(rng.random(n))
+        w = rng.integers(1, 6, n).astype(np.uint8)
+        got = metrics._weighted_percentiles(v, w, int(w.sum()))
+        assert got == np.percentile(np.repeat(v, w), list(PERCENTILES)).tolist()
