@@ -343,3 +343,29 @@ def test_the_default_link_bandwidth_beside_a_topology_still_loads() -> None:
     assert cfg.connector.topology is not None
     assert load_config(small(TOPOLOGY, **{"faults__link_degradations": [
         {"link": "node0/nic1", "start_s": 0.0, "end_s": 1.0, "bandwidth_factor": 0.5}]}))
+
+
+# ------------------------------------------------------------------ sweep resume
+
+@pytest.mark.parametrize("run_files", [True, False])
+def test_a_sweep_resume_recomputes_a_point_whose_files_were_edited(
+        tmp_path: Path, run_files: bool) -> None:
+    import json
+
+    from pdsim.sweep import Sweep
+
+    base = load_config(small({"workload": {"num_requests": 8}}))
+    points = [{"workload.arrivals.rate_per_s": r} for r in (5.0, 10.0)]
+    first = Sweep(base, points)
+    rows = first.run(tmp_path, workers=1, run_files=run_files)
+    summary = first.point_dir(tmp_path, first.points[1]) / "summary.json"
+    doc = json.loads(summary.read_text())
+    doc["summary"]["output_throughput_tok_s"] = 1e9  # edited by hand
+    summary.write_text(json.dumps(doc))
+    again = Sweep(base, points)
+    rerun = again.run(tmp_path, workers=1, run_files=run_files)
+    assert again.cached == [0] and again.computed == [1]
+    assert rerun[1]["output_throughput_tok_s"] == rows[1]["output_throughput_tok_s"] < 1e9
+    third = Sweep(base, points)
+    third.run(tmp_path, workers=1, run_files=run_files)
+    assert third.cached == [0, 1] and third.computed == []
