@@ -369,3 +369,25 @@ def test_a_sweep_resume_recomputes_a_point_whose_files_were_edited(
     third = Sweep(base, points)
     third.run(tmp_path, workers=1, run_files=run_files)
     assert third.cached == [0, 1] and third.computed == []
+
+
+@pytest.mark.parametrize("swapped", ["summary.json", "config.resolved.yaml"])
+def test_a_folder_sealed_over_two_runs_is_refused(tmp_path: Path, swapped: str) -> None:
+    import shutil
+
+    from pdsim.run_folder import check_folder, finish_folder
+    from pdsim.simulation import simulate
+    from pdsim.writers import write_run
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_run(simulate(load_config(small(seed=0))), a)
+    write_run(simulate(load_config(small(seed=1, name="other"))), b)
+    manifest = check_folder(a)
+    shutil.copy(b / swapped, a / swapped)  # a seed-1 file in the seed-0 folder, resealed
+    finish_folder(a, list(manifest["files"]), {k: v for k, v in manifest.items()
+                                               if k != "files"})
+    assert_cli_error(["plot", str(a), "--out", str(tmp_path / "p")], swapped,
+                     "mixes two runs")
+    if swapped == "config.resolved.yaml":
+        pytest.importorskip("plotly")
+        assert_cli_error(["report", str(a)], swapped, "mixes two runs")
