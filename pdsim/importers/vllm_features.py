@@ -88,10 +88,16 @@ def _method(spec: Mapping[str, Any], where: str) -> str:
                       f"mtp, eagle, eagle3, ngram and draft_model")
 
 
+SPECULATIVE_KEYS_READ = ("method", "model", "num_speculative_tokens")
+"""The ``--speculative-config`` keys pdsim reads; every other key is listed as ignored."""
+
+
 def speculative_settings(parsed: Mapping[str, ServeArgs], arch: ModelArchitecture,
-                         assume: Assume) -> tuple[dict[str, Any], str | None] | None:
+                         assume: Assume, ignored: list[str] | None = None
+                         ) -> tuple[dict[str, Any], str | None] | None:
     """pdsim's ``speculative`` section from the roles' ``--speculative-config`` (None
-    without one), and the EAGLE kind the model profile then needs (None if not EAGLE)."""
+    without one), and the EAGLE kind the model profile then needs (None if not EAGLE).
+    Keys it does not read are appended to ``ignored``."""
     given = {r: a.speculative_config for r, a in parsed.items()
              if a.speculative_config is not None}
     if not given:
@@ -100,6 +106,9 @@ def speculative_settings(parsed: Mapping[str, ServeArgs], arch: ModelArchitectur
     modules = arch.drafter.num_modules if arch.drafter is not None else 0
     for role, spec in given.items():
         where = f"--{role}"
+        if ignored is not None:
+            ignored.extend(f"{where}: --speculative-config {key} (pdsim's drafter does not "
+                           f"read it)" for key in spec if key not in SPECULATIVE_KEYS_READ)
         method = _method(spec, where)
         n = spec.get("num_speculative_tokens")
         if method == "mtp":

@@ -391,3 +391,24 @@ def test_a_folder_sealed_over_two_runs_is_refused(tmp_path: Path, swapped: str) 
     if swapped == "config.resolved.yaml":
         pytest.importorskip("plotly")
         assert_cli_error(["report", str(a)], swapped, "mixes two runs")
+
+
+def test_speculative_config_keys_pdsim_does_not_read_are_listed_as_ignored(
+        tmp_path: Path) -> None:
+    kv = " --kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
+    spec = " --speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1%s}'"
+    args = ["import-vllm", "--hf-config", str(DATA / "hf_configs" / "DeepSeek-V3.config.json"),
+            "--prefill", "vllm serve m --tensor-parallel-size 8" + kv
+            + spec % ',"bogus":1,"draft_tensor_parallel_size":1',
+            "--decode", "vllm serve m --tensor-parallel-size 8" + kv + spec % "",
+            "--out", str(tmp_path / "o")]
+    from typer.testing import CliRunner
+
+    from pdsim.cli import app
+
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.stdout + res.stderr
+    text = " ".join(res.stderr.split())
+    assert "--prefill: --speculative-config bogus (pdsim's drafter does not read it)" in text
+    assert "--prefill: --speculative-config draft_tensor_parallel_size" in text
+    assert "--speculative-config method" not in text
