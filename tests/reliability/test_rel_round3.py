@@ -412,3 +412,14 @@ def test_speculative_config_keys_pdsim_does_not_read_are_listed_as_ignored(
     assert "--prefill: --speculative-config bogus (pdsim's drafter does not read it)" in text
     assert "--prefill: --speculative-config draft_tensor_parallel_size" in text
     assert "--speculative-config method" not in text
+
+
+def test_calibrate_never_writes_over_its_config(tmp_path: Path) -> None:
+    cfg = write_yaml(tmp_path / "c.yaml", small())
+    before = cfg.read_text()
+    result = tmp_path / "r.json"
+    result.write_text("{}")
+    for out in (cfg, result):
+        assert_cli_error(["calibrate", str(cfg), "--against", str(result), "--out",
+                          str(out)], "is the input")
+    assert cfg.read_text() == before and result.read_text() == "{}"
