@@ -423,3 +423,20 @@ def test_calibrate_never_writes_over_its_config(tmp_path: Path) -> None:
         assert_cli_error(["calibrate", str(cfg), "--against", str(result), "--out",
                           str(out)], "is the input")
     assert cfg.read_text() == before and result.read_text() == "{}"
+
+
+@pytest.mark.parametrize(("names", "phrase"), [
+    (["decode.1", None], "automatic name 'decode.1' of cluster.decode.1 is already the name "
+                         "of cluster.decode.0"),
+    ([None, "decode.0"], "pool name 'decode.0' of cluster.decode.1 is already the automatic "
+                         "name of cluster.decode.0"),
+])
+def test_a_pool_name_equal_to_another_pools_automatic_name_is_refused(
+        names: list[str | None], phrase: str) -> None:
+    sched = {"num_blocks": 512, "block_size": 16}
+    pools = [{"count": 1, "scheduler": sched, **({"name": n} if n else {})} for n in names]
+    with pytest.raises(ConfigError, match=re.escape(phrase)):
+        load_config(small({"cluster": {"decode": pools}}))
+    named = [{"count": 1, "scheduler": sched, "name": "a"}, {"count": 1, "scheduler": sched}]
+    assert [p.name for p in load_config(small({"cluster": {"decode": named}})).cluster.pools()
+            ] == ["", "a", "decode.1"]
