@@ -34,6 +34,9 @@ _CLI_QUANT: dict[str, tuple[DType | None, DType | None] | None] = {
     "gptq_marlin": ("int4", None), "modelopt": None, "compressed-tensors": None,
 }
 
+# methods that read a pre-quantized checkpoint; fp8 alone also quantizes at load time
+_NEEDS_QUANTIZED_CHECKPOINT = {"awq", "awq_marlin", "gptq", "gptq_marlin", "modelopt_fp4"}
+
 # DeepSeek-V3 technical report (arXiv 2412.19437) Sec. 5.4.3: the second token predicted
 # by its MTP module is accepted 85-90% of the time; the low end, as a starting point
 MTP_ACCEPTANCE_DEEPSEEK_V3 = 0.85
@@ -61,6 +64,10 @@ def quantized_dtypes(args: ServeArgs, model: ImportedModel,
             raise ConfigError(f"{where}: --quantization", f"{q} reads the checkpoint's "
                               f"quantization_config, and config.json has none")
         return None, None
+    if key in _NEEDS_QUANTIZED_CHECKPOINT and model.quantization is None:
+        raise ConfigError(f"{where}: --quantization", f"{q} loads weights a quantizer already "
+                          "wrote (vLLM does not quantize to it at load time), and config.json "
+                          "has no quantization_config: this checkpoint is not quantized")
     arch = model.arch
     stored = (arch.weight_dtype, arch.expert_weight_dtype)
     if model.quantization is not None and (dtypes[0] or stored[0], dtypes[1] or stored[1]

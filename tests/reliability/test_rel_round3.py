@@ -440,3 +440,15 @@ def test_a_pool_name_equal_to_another_pools_automatic_name_is_refused(
     named = [{"count": 1, "scheduler": sched, "name": "a"}, {"count": 1, "scheduler": sched}]
     assert [p.name for p in load_config(small({"cluster": {"decode": named}})).cluster.pools()
             ] == ["", "a", "decode.1"]
+
+
+@pytest.mark.parametrize("method", ["awq", "gptq", "modelopt_fp4"])
+def test_a_prequantized_method_on_an_unquantised_checkpoint_is_refused(
+        tmp_path: Path, method: str) -> None:
+    kv = " --kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
+    args = ["import-vllm", "--hf-config", str(DATA / "hf_configs" / "Llama-3.1-8B.config.json"),
+            "--prefill", f"vllm serve m --quantization {method}" + kv,
+            "--decode", "vllm serve m" + kv, "--out", str(tmp_path / "o")]
+    assert_cli_error(args, f"--prefill: --quantization: {method} loads weights",
+                     "this checkpoint is not quantized")
+    assert not (tmp_path / "o").exists()
