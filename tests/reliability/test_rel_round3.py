@@ -452,3 +452,21 @@ def test_a_prequantized_method_on_an_unquantised_checkpoint_is_refused(
     assert_cli_error(args, f"--prefill: --quantization: {method} loads weights",
                      "this checkpoint is not quantized")
     assert not (tmp_path / "o").exists()
+
+
+def test_import_metrics_refuses_accepted_totals_the_positions_contradict(
+        tmp_path: Path) -> None:
+    lines = []
+    for name, value in (("num_drafts", 100), ("num_draft_tokens", 300),
+                        ("num_accepted_tokens", 150)):
+        lines += [f"# TYPE vllm:spec_decode_{name} counter",
+                  f'vllm:spec_decode_{name}_total{{engine="0"}} {value}.0']
+    lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter")
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}}'
+              f" {c}.0" for i, c in enumerate([60, 20, 10])]  # 90, not 150
+    scrape = tmp_path / "m.txt"
+    scrape.write_text("\n".join(lines) + "\n")
+    text = assert_cli_error(["import-metrics", str(scrape)],
+                            "num_accepted_tokens (150) is not the sum of",
+                            "num_accepted_tokens_per_pos (90)")
+    assert "speculative:" not in text
