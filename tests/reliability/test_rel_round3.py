@@ -255,8 +255,9 @@ def test_odd_summary_json_is_one_clean_error(tmp_path: Path, run_folder: Path,
     for key, value in patch.items():
         doc[key] = {**doc[key], **value} if isinstance(value, dict) else value
     (d / "summary.json").write_text(json.dumps(doc))
-    finish_folder(d, list(manifest["files"]), {k: v for k, v in manifest.items()
-                                               if k != "files"})  # sealed as edited
+    run = {k: v for k, v in manifest.items() if k != "files"}
+    run.update({k: v for k, v in patch.items() if k in run})  # the manifest agrees
+    finish_folder(d, list(manifest["files"]), run)  # sealed as edited
     if command == "report":
         pytest.importorskip("plotly")
     args = [command, str(d)] + (["--out", str(tmp_path / "p")] if command == "plot" else [])
