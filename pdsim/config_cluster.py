@@ -147,15 +147,21 @@ class ClusterConfig(StrictModel):
 
     @model_validator(mode="after")
     def _unique_names(self) -> ClusterConfig:
-        seen: dict[str, str] = {}
+        # the names results are keyed by, automatic ones (decode.1) included: an explicit
+        # name equal to another pool's automatic name would merge the two in results
+        seen: dict[str, Pool] = {}
         for role in Role:
             for p in self.pools(role):
-                if p.group.name is None:
+                if not p.name:
                     continue
-                if p.group.name in seen:
-                    raise ValueError(f"pool name {p.group.name!r} of {p.path} is already the "
-                                     f"name of {seen[p.group.name]}; give each pool its own")
-                seen[p.group.name] = p.path
+                other = seen.get(p.name)
+                if other is not None:
+                    whose = (f"the name of {other.path}" if other.group.name is not None
+                             else f"the automatic name of {other.path}")
+                    mine = "pool name" if p.group.name is not None else "automatic name"
+                    raise ValueError(f"{mine} {p.name!r} of {p.path} is already {whose}; "
+                                     "give each pool its own")
+                seen[p.name] = p
         return self
 
 

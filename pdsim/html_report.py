@@ -427,6 +427,9 @@ def report_dir_html(result_dir: str | Path, config_text: str | None = None) -> s
     if is_sweep_dir(d):
         return sweep_report(f"pdsim sweep: {d.name}", read_sweep_dir(d), config_text)
     if (d / "summary.json").is_file():
+        from pdsim.run_folder import check_folder
+
+        check_folder(d)  # one finished run, as plot reads it
         run = read_run_dir(d)
         return runs_report(f"pdsim run: {run.name}", {run.name: run}, config_text)
     if (d / "compare.json").is_file():

@@ -123,7 +123,35 @@ def check_folder(out: Path) -> dict[str, Any]:
         if not f.is_file() or _sha256(f) != digest:
             raise InputFileError(str(f), None, f"does not match {MANIFEST} (missing or written "
                                  "by another run); rerun into an empty folder")
+    _check_one_run(out, manifest, files)
     return dict(manifest)
+
+
+def _check_one_run(out: Path, manifest: Mapping[str, Any], files: Mapping[str, Any]) -> None:
+    """The files a manifest seals are of the run it names: ``summary.json``'s name and seed
+    and ``config.resolved.yaml``'s hash (without its derived-value comments) are the
+    manifest's. A folder sealed over files of two runs is refused."""
+    if "summary.json" in files:
+        try:
+            doc = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        except ValueError:
+            doc = None
+        for key in ("name", "seed"):
+            if key in manifest and (not isinstance(doc, dict) or doc.get(key) != manifest[key]):
+                got = doc.get(key) if isinstance(doc, dict) else None
+                raise InputFileError(str(out / "summary.json"), None, f"{key} {got!r}, but "
+                                     f"{MANIFEST} names {key} {manifest[key]!r}: the folder "
+                                     "mixes two runs; rerun into an empty folder")
+    if "config.resolved.yaml" in files and "config_sha256" in manifest:
+        text = (out / "config.resolved.yaml").read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=True)
+        while lines and lines[-1].startswith("# "):  # the derived values, appended
+            lines.pop()
+        digest = hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
+        if digest != manifest["config_sha256"]:
+            raise InputFileError(str(out / "config.resolved.yaml"), None, f"is not the config "
+                                 f"{MANIFEST} names (config_sha256): the folder mixes two "
+                                 "runs; rerun into an empty folder")
 
 
 def _sha256(path: Path) -> str:

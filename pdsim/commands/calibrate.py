@@ -165,8 +165,10 @@ def register(app: typer.Typer) -> None:
         if max_requests is not None and max_requests < 1:
             raise PdsimError(f"--max-requests {max_requests}: must be >= 1")
         if out is not None:
-            from pdsim.run_folder import prepare_out_file
+            from pdsim.run_folder import prepare_out_file, refuse_inputs
 
+            refuse_inputs([out], [config, standalone_config, *against, *(standalone or []),
+                                  *(held_out or [])])
             prepare_out_file(out)  # before the fit, not after it
         cfg = load_config(config, set_ or [], seed=seed)
         st_cfg = (None if standalone_config is None

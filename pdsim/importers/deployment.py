@@ -261,7 +261,7 @@ class _Importer:
             "name": f"{first.name.rstrip('/').split('/')[-1]}-{suffix}",
             "description": f"imported by pdsim import-vllm ({slug}, {suffix})",
             "model": model}
-        spec = speculative_settings(parsed, self.arch, self.assume)
+        spec = speculative_settings(parsed, self.arch, self.assume, self.ignored)
         if spec is not None:
             spec_cfg, eagle_kind = spec
             cfg["speculative"] = spec_cfg

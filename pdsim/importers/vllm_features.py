@@ -34,6 +34,9 @@ _CLI_QUANT: dict[str, tuple[DType | None, DType | None] | None] = {
     "gptq_marlin": ("int4", None), "modelopt": None, "compressed-tensors": None,
 }
 
+# methods that read a pre-quantized checkpoint; fp8 alone also quantizes at load time
+_NEEDS_QUANTIZED_CHECKPOINT = {"awq", "awq_marlin", "gptq", "gptq_marlin", "modelopt_fp4"}
+
 # DeepSeek-V3 technical report (arXiv 2412.19437) Sec. 5.4.3: the second token predicted
 # by its MTP module is accepted 85-90% of the time; the low end, as a starting point
 MTP_ACCEPTANCE_DEEPSEEK_V3 = 0.85
@@ -61,6 +64,10 @@ def quantized_dtypes(args: ServeArgs, model: ImportedModel,
             raise ConfigError(f"{where}: --quantization", f"{q} reads the checkpoint's "
                               f"quantization_config, and config.json has none")
         return None, None
+    if key in _NEEDS_QUANTIZED_CHECKPOINT and model.quantization is None:
+        raise ConfigError(f"{where}: --quantization", f"{q} loads weights a quantizer already "
+                          "wrote (vLLM does not quantize to it at load time), and config.json "
+                          "has no quantization_config: this checkpoint is not quantized")
     arch = model.arch
     stored = (arch.weight_dtype, arch.expert_weight_dtype)
     if model.quantization is not None and (dtypes[0] or stored[0], dtypes[1] or stored[1]
@@ -88,10 +95,16 @@ def _method(spec: Mapping[str, Any], where: str) -> str:
                       f"mtp, eagle, eagle3, ngram and draft_model")
 
 
+SPECULATIVE_KEYS_READ = ("method", "model", "num_speculative_tokens")
+"""The ``--speculative-config`` keys pdsim reads; every other key is listed as ignored."""
+
+
 def speculative_settings(parsed: Mapping[str, ServeArgs], arch: ModelArchitecture,
-                         assume: Assume) -> tuple[dict[str, Any], str | None] | None:
+                         assume: Assume, ignored: list[str] | None = None
+                         ) -> tuple[dict[str, Any], str | None] | None:
     """pdsim's ``speculative`` section from the roles' ``--speculative-config`` (None
-    without one), and the EAGLE kind the model profile then needs (None if not EAGLE)."""
+    without one), and the EAGLE kind the model profile then needs (None if not EAGLE).
+    Keys it does not read are appended to ``ignored``."""
     given = {r: a.speculative_config for r, a in parsed.items()
              if a.speculative_config is not None}
     if not given:
@@ -100,6 +113,9 @@ def speculative_settings(parsed: Mapping[str, ServeArgs], arch: ModelArchitectur
     modules = arch.drafter.num_modules if arch.drafter is not None else 0
     for role, spec in given.items():
         where = f"--{role}"
+        if ignored is not None:
+            ignored.extend(f"{where}: --speculative-config {key} (pdsim's drafter does not "
+                           f"read it)" for key in spec if key not in SPECULATIVE_KEYS_READ)
         method = _method(spec, where)
         n = spec.get("num_speculative_tokens")
         if method == "mtp":

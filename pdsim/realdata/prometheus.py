@@ -130,7 +130,8 @@ class AcceptanceStats:
     def inconsistencies(self) -> list[str]:
         """What no serving run can produce: more accepted than drafted tokens, a position
         counted more often than steps drafted or more often than the position before it,
-        positions that do not match the drafts per step."""
+        per-position counts that do not add up to the accepted total, positions that do not
+        match the drafts per step."""
         out: list[str] = []
         if self.num_accepted_tokens > self.num_draft_tokens:
             out.append(f"{ACCEPTED_TOKENS} ({self.num_accepted_tokens}) exceeds "
@@ -146,6 +147,12 @@ class AcceptanceStats:
                 out.append(f"{ACCEPTED_PER_POS} position {i} ({c}) exceeds position {i - 1} "
                            f"({self.accepted_per_pos[i - 1]}): a step accepts draft i only "
                            f"after draft i-1")
+        if self.accepted_per_pos and sum(self.accepted_per_pos) != self.num_accepted_tokens:
+            # vLLM adds each step's accepted count to both: a step accepting k drafts adds k
+            # to the total and 1 to each of positions 0..k-1
+            out.append(f"{ACCEPTED_TOKENS} ({self.num_accepted_tokens}) is not the sum of "
+                       f"{ACCEPTED_PER_POS} ({sum(self.accepted_per_pos)}): vLLM counts each "
+                       "accepted draft in both")
         n = self.num_speculative_tokens
         if n is not None and self.accepted_per_pos and len(self.accepted_per_pos) != n:
             out.append(f"{len(self.accepted_per_pos)} positions in {ACCEPTED_PER_POS} but "

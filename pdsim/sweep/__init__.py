@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pdsim._version import __version__
 from pdsim.config import SimConfig
 from pdsim.errors import ConfigError
+from pdsim.run_folder import MANIFEST, begin_folder, finish_folder
 from pdsim.sweep.backends import SUMMARY_FILE, SweepError, Task, run_dask, run_local, run_point
 from pdsim.sweep.grid import (
     SweepSpec,
@@ -79,8 +80,18 @@ class Sweep:
         return Path(out_dir) / POINTS_DIR / point.point_id
 
     def is_done(self, out_dir: str | Path, point: SweepPoint) -> bool:
-        """A point is done iff its ``summary.json`` (written last) exists."""
-        return (self.point_dir(out_dir, point) / SUMMARY_FILE).is_file()
+        """A point is done iff its folder matches the manifest written last (``run_folder``):
+        a point whose files were edited, or left half-written, is computed again."""
+        from pdsim.errors import InputFileError
+        from pdsim.run_folder import check_folder
+
+        pdir = self.point_dir(out_dir, point)
+        try:
+            manifest = check_folder(pdir)
+        except InputFileError:
+            return False
+        return manifest.get("point_id") == point.point_id and SUMMARY_FILE in manifest.get(
+            "files", {})
 
     def run(self, out_dir: str | Path | None = None, backend: Backend = "local",
             workers: int | None = None, address: str | None = None,
@@ -128,8 +139,14 @@ class Sweep:
                 write_json(pdir / POINT_FILE, {"point_id": point.point_id,
                                                "pdsim_version": __version__,
                                                "params": point.params})
+                begin_folder(pdir)  # a rerun's point is incomplete until its manifest
+                names = [POINT_FILE]
                 for name, data in files:  # summary.json comes last
-                    write_atomic(pdir / name, data)
+                    if name != MANIFEST:  # the point's own manifest replaces the run's
+                        write_atomic(pdir / name, data)
+                        names.append(name)
+                finish_folder(pdir, names, {"point_id": point.point_id,
+                                            "pdsim_version": __version__})
             summary = dict(files)[SUMMARY_FILE]
             docs[idx] = json.loads(summary.decode("utf-8"))
             self.computed.append(idx)

@@ -255,8 +255,9 @@ def test_odd_summary_json_is_one_clean_error(tmp_path: Path, run_folder: Path,
     for key, value in patch.items():
         doc[key] = {**doc[key], **value} if isinstance(value, dict) else value
     (d / "summary.json").write_text(json.dumps(doc))
-    finish_folder(d, list(manifest["files"]), {k: v for k, v in manifest.items()
-                                               if k != "files"})  # sealed as edited
+    run = {k: v for k, v in manifest.items() if k != "files"}
+    run.update({k: v for k, v in patch.items() if k in run})  # the manifest agrees
+    finish_folder(d, list(manifest["files"]), run)  # sealed as edited
     if command == "report":
         pytest.importorskip("plotly")
     args = [command, str(d)] + (["--out", str(tmp_path / "p")] if command == "plot" else [])
@@ -343,3 +344,130 @@ def test_the_default_link_bandwidth_beside_a_topology_still_loads() -> None:
     assert cfg.connector.topology is not None
     assert load_config(small(TOPOLOGY, **{"faults__link_degradations": [
         {"link": "node0/nic1", "start_s": 0.0, "end_s": 1.0, "bandwidth_factor": 0.5}]}))
+
+
+# ------------------------------------------------------------------ sweep resume
+
+@pytest.mark.parametrize("run_files", [True, False])
+def test_a_sweep_resume_recomputes_a_point_whose_files_were_edited(
+        tmp_path: Path, run_files: bool) -> None:
+    import json
+
+    from pdsim.sweep import Sweep
+
+    base = load_config(small({"workload": {"num_requests": 8}}))
+    points = [{"workload.arrivals.rate_per_s": r} for r in (5.0, 10.0)]
+    first = Sweep(base, points)
+    rows = first.run(tmp_path, workers=1, run_files=run_files)
+    summary = first.point_dir(tmp_path, first.points[1]) / "summary.json"
+    doc = json.loads(summary.read_text())
+    doc["summary"]["output_throughput_tok_s"] = 1e9  # edited by hand
+    summary.write_text(json.dumps(doc))
+    again = Sweep(base, points)
+    rerun = again.run(tmp_path, workers=1, run_files=run_files)
+    assert again.cached == [0] and again.computed == [1]
+    assert rerun[1]["output_throughput_tok_s"] == rows[1]["output_throughput_tok_s"] < 1e9
+    third = Sweep(base, points)
+    third.run(tmp_path, workers=1, run_files=run_files)
+    assert third.cached == [0, 1] and third.computed == []
+
+
+@pytest.mark.parametrize("swapped", ["summary.json", "config.resolved.yaml"])
+def test_a_folder_sealed_over_two_runs_is_refused(tmp_path: Path, swapped: str) -> None:
+    import shutil
+
+    from pdsim.run_folder import check_folder, finish_folder
+    from pdsim.simulation import simulate
+    from pdsim.writers import write_run
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_run(simulate(load_config(small(seed=0))), a)
+    write_run(simulate(load_config(small(seed=1, name="other"))), b)
+    manifest = check_folder(a)
+    shutil.copy(b / swapped, a / swapped)  # a seed-1 file in the seed-0 folder, resealed
+    finish_folder(a, list(manifest["files"]), {k: v for k, v in manifest.items()
+                                               if k != "files"})
+    assert_cli_error(["plot", str(a), "--out", str(tmp_path / "p")], swapped,
+                     "mixes two runs")
+    if swapped == "config.resolved.yaml":
+        pytest.importorskip("plotly")
+        assert_cli_error(["report", str(a)], swapped, "mixes two runs")
+
+
+def test_speculative_config_keys_pdsim_does_not_read_are_listed_as_ignored(
+        tmp_path: Path) -> None:
+    kv = " --kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
+    spec = " --speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1%s}'"
+    args = ["import-vllm", "--hf-config", str(DATA / "hf_configs" / "DeepSeek-V3.config.json"),
+            "--prefill", "vllm serve m --tensor-parallel-size 8" + kv
+            + spec % ',"bogus":1,"draft_tensor_parallel_size":1',
+            "--decode", "vllm serve m --tensor-parallel-size 8" + kv + spec % "",
+            "--out", str(tmp_path / "o")]
+    from typer.testing import CliRunner
+
+    from pdsim.cli import app
+
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.stdout + res.stderr
+    text = " ".join(res.stderr.split())
+    assert "--prefill: --speculative-config bogus (pdsim's drafter does not read it)" in text
+    assert "--prefill: --speculative-config draft_tensor_parallel_size" in text
+    assert "--speculative-config method" not in text
+
+
+def test_calibrate_never_writes_over_its_config(tmp_path: Path) -> None:
+    cfg = write_yaml(tmp_path / "c.yaml", small())
+    before = cfg.read_text()
+    result = tmp_path / "r.json"
+    result.write_text("{}")
+    for out in (cfg, result):
+        assert_cli_error(["calibrate", str(cfg), "--against", str(result), "--out",
+                          str(out)], "is the input")
+    assert cfg.read_text() == before and result.read_text() == "{}"
+
+
+@pytest.mark.parametrize(("names", "phrase"), [
+    (["decode.1", None], "automatic name 'decode.1' of cluster.decode.1 is already the name "
+                         "of cluster.decode.0"),
+    ([None, "decode.0"], "pool name 'decode.0' of cluster.decode.1 is already the automatic "
+                         "name of cluster.decode.0"),
+])
+def test_a_pool_name_equal_to_another_pools_automatic_name_is_refused(
+        names: list[str | None], phrase: str) -> None:
+    sched = {"num_blocks": 512, "block_size": 16}
+    pools = [{"count": 1, "scheduler": sched, **({"name": n} if n else {})} for n in names]
+    with pytest.raises(ConfigError, match=re.escape(phrase)):
+        load_config(small({"cluster": {"decode": pools}}))
+    named = [{"count": 1, "scheduler": sched, "name": "a"}, {"count": 1, "scheduler": sched}]
+    assert [p.name for p in load_config(small({"cluster": {"decode": named}})).cluster.pools()
+            ] == ["", "a", "decode.1"]
+
+
+@pytest.mark.parametrize("method", ["awq", "gptq", "modelopt_fp4"])
+def test_a_prequantized_method_on_an_unquantised_checkpoint_is_refused(
+        tmp_path: Path, method: str) -> None:
+    kv = " --kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
+    args = ["import-vllm", "--hf-config", str(DATA / "hf_configs" / "Llama-3.1-8B.config.json"),
+            "--prefill", f"vllm serve m --quantization {method}" + kv,
+            "--decode", "vllm serve m" + kv, "--out", str(tmp_path / "o")]
+    assert_cli_error(args, f"--prefill: --quantization: {method} loads weights",
+                     "this checkpoint is not quantized")
+    assert not (tmp_path / "o").exists()
+
+
+def test_import_metrics_refuses_accepted_totals_the_positions_contradict(
+        tmp_path: Path) -> None:
+    lines = []
+    for name, value in (("num_drafts", 100), ("num_draft_tokens", 300),
+                        ("num_accepted_tokens", 150)):
+        lines += [f"# TYPE vllm:spec_decode_{name} counter",
+                  f'vllm:spec_decode_{name}_total{{engine="0"}} {value}.0']
+    lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter")
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}}'
+              f" {c}.0" for i, c in enumerate([60, 20, 10])]  # 90, not 150
+    scrape = tmp_path / "m.txt"
+    scrape.write_text("\n".join(lines) + "\n")
+    text = assert_cli_error(["import-metrics", str(scrape)],
+                            "num_accepted_tokens (150) is not the sum of",
+                            "num_accepted_tokens_per_pos (90)")
+    assert "speculative:" not in text
