@@ -508,10 +508,13 @@ class Outcome:
     not_expressible: list[tuple[SiliconRow, NotExpressible]]
     considered: list[SiliconRow]
     elapsed_s: float
+    ci: list[Score] = field(default_factory=list)
 
 
-def run(rows: Sequence[SiliconRow], sample: int | None, workers: int = 1) -> Outcome:
-    """Plan every row, simulate a stratified sample of the expressible ones."""
+def run(rows: Sequence[SiliconRow], sample: int | None, workers: int = 1,
+        with_ci: bool = True) -> Outcome:
+    """Plan every row, simulate a stratified sample of the expressible ones (and the CI
+    slice, ``ci_slice``, unless ``with_ci`` is false)."""
     start = time.perf_counter()
     expressible: list[SiliconRow] = []
     rejected: list[tuple[SiliconRow, NotExpressible]] = []
@@ -523,8 +526,11 @@ def run(rows: Sequence[SiliconRow], sample: int | None, workers: int = 1) -> Out
         else:
             expressible.append(r)
     chosen = stratified_sample(expressible, sample)
+    ci_rows = ci_slice(rows) if with_ci else []
+    chosen_ids = {r.id for r in chosen}
+    extra = [r for r in ci_rows if r.id not in chosen_ids]
     # the longest runs first, so the workers finish together
-    order = sorted(chosen, key=lambda r: (-cost(plan_row(r)), r.id))
+    order = sorted(chosen + extra, key=lambda r: (-cost(plan_row(r)), r.id))
     if workers > 1:
         with Pool(workers) as pool:
             done = pool.map(_score_or_reason, order, chunksize=1)
@@ -538,7 +544,8 @@ def run(rows: Sequence[SiliconRow], sample: int | None, workers: int = 1) -> Out
             rejected.append((r, res))
         else:
             scored.append(res)
-    return Outcome(list(rows), scored, rejected, chosen, time.perf_counter() - start)
+    ci = [res for r in ci_rows if isinstance(res := by_id[r.id], Score)]
+    return Outcome(list(rows), scored, rejected, chosen, time.perf_counter() - start, ci)
 
 
 # ---------------------------------------------------------------------- report
@@ -709,6 +716,21 @@ def render(out: Outcome, meta: Meta) -> str:
                     f"{s.preemptions} | {'yes' if s.likely_mtp else ''} |")
             add("")
 
+    add("## The CI slice")
+    add("")
+    add(f"`tests/validation/test_silicon.py` scores a fixed slice (`ci_slice`: "
+        f"{CI_ROWS_PER_SPLIT} fit and {CI_ROWS_PER_SPLIT} held-out rows, one per partition "
+        f"in turn among rows whose run generates at most {CI_COST_LIMIT:,} output tokens, "
+        "so mostly low concurrency) and fails when a split's mean error rises more than 5 "
+        "percentage points above the figure measured on 2026-12-01 at pdsim commit "
+        "180e924 (fit: TTFT 64.5%, TPOT 22.1%; held-out: TTFT 58.5%, TPOT 31.6%). This run "
+        "scores it at:")
+    add("")
+    add(STATS_HEAD)
+    for split in ("fit", "held-out"):
+        add(f"| CI slice | {split} | "
+            f"{_stats_cells(stats(s for s in out.ci if s.split == split))} |")
+    add("")
     add("## Rows pdsim cannot express")
     add("")
     reasons = Counter(exc.reason for _, exc in out.not_expressible)
