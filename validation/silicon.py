@@ -94,6 +94,8 @@ this factor is flagged as likely measured with MTP (a flag for reporting, not a 
 
 PARTITION_MIN_ROWS = 20
 
+NO_FIT_REASON = "weights do not fit the GPUs (pdsim memory rule)"
+
 
 def is_held_out(row_id: str) -> bool:
     """The fixed split: held out when sha256(id) starts with a hex digit 0-4."""
@@ -385,7 +387,7 @@ def score_row(row: SiliconRow) -> Score:
     except ConfigError as exc:
         text = str(exc)
         if "does not fit" in text:
-            raise NotExpressible("weights do not fit the GPUs (pdsim memory rule)") from None
+            raise NotExpressible(NO_FIT_REASON) from None
         raise NotExpressible("pdsim rejects the config", text.splitlines()[0][:120]) from None
     res = pdsim.simulate(cfg)
     cols = res.records.columns
@@ -664,6 +666,21 @@ def render(out: Outcome, meta: Meta) -> str:
                 f"{_stats_cells(stats(s for s in sel if s.split == split))} |")
         add(f"| {label} | both | {_stats_cells(stats(sel))} |")
     add("")
+    add("Direction: the median of pdsim / measured, and the share of rows pdsim puts below "
+        "the measurement.")
+    add("")
+    add("| split | TTFT median ratio | TTFT below | TPOT median ratio | TPOT below |")
+    add("|---|---:|---:|---:|---:|")
+    for split in ("fit", "held-out"):
+        sel = [s for s in scored if s.split == split and s.ok]
+        if not sel:
+            continue
+        r1 = [s.pdsim_ttft_ms / s.measured_ttft_ms for s in sel]
+        r2 = [s.pdsim_tpot_ms / s.measured_tpot_ms for s in sel]
+        add(f"| {split} | {statistics.median(r1):.2f} | "
+            f"{sum(r < 1 for r in r1) / len(sel):.0%} | {statistics.median(r2):.2f} | "
+            f"{sum(r < 1 for r in r2) / len(sel):.0%} |")
+    add("")
     pre = [s for s in scored if s.preemptions > 0]
     add(f"{len(pre)} of {len(scored)} simulated rows preempt in pdsim (its KV budget rule "
         "leaves too little memory for the concurrency, issue 25 item 4), which multiplies "
@@ -734,11 +751,13 @@ def render(out: Outcome, meta: Meta) -> str:
     add("## Rows pdsim cannot express")
     add("")
     reasons = Counter(exc.reason for _, exc in out.not_expressible)
-    n_expr = len(out.rows) - sum(1 for _, e in out.not_expressible
-                                 if e.reason != "weights do not fit the GPUs (pdsim memory "
-                                 "rule)")
+    planned_out = [(r, e) for r, e in out.not_expressible if e.reason != NO_FIT_REASON]
+    n_expr = len(out.rows) - len(planned_out)
+    n_held = sum(1 for r in out.rows if r.split == "held-out") - sum(
+        1 for r, _ in planned_out if r.split == "held-out")
     add(f"Of {len(out.rows):,} rows, {n_expr:,} are expressible by the rules above "
-        f"({len(out.considered):,} were simulated); the others, by reason (first reason "
+        f"({n_expr - n_held:,} fit, {n_held:,} held out; {len(out.considered):,} were "
+        "simulated); the others, by reason (first reason "
         "met; rows found only when simulated, such as weights that do not fit, are "
         "counted among the simulated sample only):")
     add("")
@@ -753,6 +772,13 @@ def render(out: Outcome, meta: Meta) -> str:
             ex = f"`{min(r.id for r, _ in sel)}`"
         held = sum(1 for r, _ in sel if r.split == "held-out")
         add(f"| {reason} | {count} | {count - held} | {held} | {ex} |")
+    add("")
+    add("The disagg rows without worker counts (older dumps) give each role's parallelism "
+        "but not how many P and D workers ran; AIConfigurator's own scoring cannot run them "
+        "either (`cli_estimate` requires `prefill_num_workers` and `decode_num_workers`), "
+        "so they are not guessed here. MoE hybrid TP x EP and MoE TP across attention-DP "
+        "ranks have no pdsim layout (its `expert_parallel_size` shards whole experts; "
+        "attention-DP ranks run as instances sharing them).")
     add("")
     return "\n".join(lines)
 
