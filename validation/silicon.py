@@ -9,14 +9,17 @@ reported per partition (backend x mode x system) for fit and held-out rows apart
 The protocol mirrored (AIConfigurator's generated benchmark,
 ``src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2`` at
 commit 095f58a): ``aiperf profile --concurrency C --num-requests 20C
---warmup-request-count 2C --isl ISL --osl OSL`` with ``ignore_eos`` and streaming. aiperf's
-TTFT is from sending a request to its first streamed token, so in a closed loop at high
-concurrency it includes the time the request waits in the server (queueing, the other
-prompts it is batched with, P/D transfer); its TPOT (inter-token latency) is
-``(latency - TTFT) / (output tokens - 1)`` per request. pdsim runs a closed loop at C with
-fixed lengths, drops the first 2C requests as warm-up and averages TTFT and TPOT over the
-next ``rounds x C`` (20 rounds when cheap, fewer for long outputs; at least 1; one
-round of warm-up where one round alone is expensive).
+--warmup-request-count 2C --isl ISL --osl OSL`` with ``ignore_eos`` and streaming. aiperf
+runs the warm-up as its own phase and waits for its requests to return before the
+profiling phase starts (``aiperf/timing/credit_issuing_strategy.py``,
+``_execute_phases``), so the measured phase starts from an idle server with a burst of C
+requests and ends with the last ones draining. aiperf's TTFT is from sending a request to
+its first streamed token, so at high concurrency it includes the time the request waits
+in the server (queueing, the other prompts it is batched with, P/D transfer); its TPOT
+(inter-token latency) is ``(latency - TTFT) / (output tokens - 1)`` per request. pdsim has
+no cold-start effects to warm up, so it runs the profiling phase alone: a closed loop at
+C with fixed lengths from an idle cluster, ``R x C`` requests (R = 20 when cheap, at
+least 2), and weights the first round (the burst) and the rest as 20 rounds would.
 """
 
 from __future__ import annotations
@@ -80,11 +83,11 @@ BLOCK_TOKENS: dict[str, int] = {"trtllm": 32, "vllm": 16, "sglang": 16}
 """KV block size per backend: TensorRT-LLM's tokens_per_block default as AIConfigurator's
 generator sets it (32), vLLM's default (16); SGLang pages by token (16 stands in)."""
 
-WARMUP_ROUNDS = 2
-MAX_MEASURED_ROUNDS = 20
-MIN_MEASURED_ROUNDS = 1
+AIPERF_ROUNDS = 20
+"""aiperf's profiling phase: 20 x C requests (AIConfigurator's BENCH_MULTI_ROUND)."""
+MIN_MEASURED_ROUNDS = 2
 OUTPUT_TOKEN_BUDGET = 2_000_000
-"""Measured output tokens per row above which fewer than 20 rounds are run."""
+"""Output tokens per row above which fewer than 20 rounds are simulated."""
 
 MAX_BATCH_PER_RANK = 4096
 
@@ -264,20 +267,25 @@ def plan_row(row: SiliconRow) -> Plan:
 
 
 def measured_rounds(plan: Plan) -> int:
-    """Rounds of C requests averaged after the warm-up (20 as aiperf when cheap)."""
+    """Rounds of C requests simulated: aiperf's 20 when the run stays within the output-token
+    budget, else as many as fit, at least 2 (the burst and one more)."""
     by_budget = OUTPUT_TOKEN_BUDGET // max(1, plan.concurrency * plan.osl)
-    return int(min(MAX_MEASURED_ROUNDS, max(MIN_MEASURED_ROUNDS, by_budget)))
-
-
-def warmup_rounds(plan: Plan) -> int:
-    """Rounds of C requests dropped as warm-up: aiperf's 2, 1 when one round alone passes
-    the output-token budget (C of several thousand with 1k+ outputs)."""
-    return 1 if plan.concurrency * plan.osl > OUTPUT_TOKEN_BUDGET else WARMUP_ROUNDS
+    return int(min(AIPERF_ROUNDS, max(MIN_MEASURED_ROUNDS, by_budget)))
 
 
 def cost(plan: Plan) -> int:
     """Output tokens a row's run generates (what its run time grows with)."""
-    return (warmup_rounds(plan) + measured_rounds(plan)) * plan.concurrency * plan.osl
+    return measured_rounds(plan) * plan.concurrency * plan.osl
+
+
+def aiperf_mean(values: np.ndarray, concurrency: int) -> float:
+    """The mean over a 20-round profiling phase from ``values`` in request order: the first
+    round (the burst of C requests on an idle server) weighs 1/20, the later rounds 19/20
+    (with 20 rounds simulated this is the plain mean)."""
+    first, rest = values[:concurrency], values[concurrency:]
+    if not len(rest):
+        return float(np.mean(first))
+    return float((np.mean(first) + (AIPERF_ROUNDS - 1) * np.mean(rest)) / AIPERF_ROUNDS)
 
 
 def _round_up(n: int, k: int) -> int:
@@ -313,7 +321,7 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
 def build_config(plan: Plan) -> dict[str, Any]:
     """The pdsim config mapping of a plan (closed loop at C, fixed ISL/OSL, no speculation)."""
     c = plan.concurrency
-    n = (warmup_rounds(plan) + measured_rounds(plan)) * c
+    n = measured_rounds(plan) * c
     if plan.mode == "agg":
         lay = plan.roles["colocated"]
         cluster: dict[str, Any] = {"mode": "colocated",
@@ -391,18 +399,13 @@ def score_row(row: SiliconRow) -> Score:
         raise NotExpressible("pdsim rejects the config", text.splitlines()[0][:120]) from None
     res = pdsim.simulate(cfg)
     cols = res.records.columns
-    ids = np.asarray(cols["request_id"])
-    order = np.argsort(ids, kind="stable")
-    warm = warmup_rounds(plan) * plan.concurrency
-    keep = order[warm:]
-    status = np.asarray(cols["status"])[keep]
-    done = keep[status == "finished"]
-    ttft = np.asarray(cols["ttft_s"], dtype=float)[done]
-    tpot = np.asarray(cols["tpot_s"], dtype=float)[done]
-    err = "" if len(done) == len(keep) else f"{len(keep) - len(done)} measured requests " \
-        "did not finish"
-    p_ttft = float(np.nanmean(ttft)) * 1e3 if len(done) else math.nan
-    p_tpot = float(np.nanmean(tpot)) * 1e3 if len(done) else math.nan
+    order = np.argsort(np.asarray(cols["request_id"]), kind="stable")
+    finished = np.asarray(cols["status"])[order] == "finished"
+    err = "" if finished.all() else f"{int((~finished).sum())} requests did not finish"
+    ttft = np.asarray(cols["ttft_s"], dtype=float)[order]
+    tpot = np.asarray(cols["tpot_s"], dtype=float)[order]
+    p_ttft = aiperf_mean(ttft, plan.concurrency) * 1e3 if finished.all() else math.nan
+    p_tpot = aiperf_mean(tpot, plan.concurrency) * 1e3 if finished.all() else math.nan
     preemptions = int(res.summary["preemptions"])
     likely = (plan.model in MTP_PROFILES and preemptions == 0 and math.isfinite(p_tpot)
               and p_tpot > LIKELY_MTP_RATIO * row.tpot_ms)
@@ -620,18 +623,20 @@ def render(out: Outcome, meta: Meta) -> str:
         "`backend_templates/benchmark/bench_run.sh.j2`): aiperf in a closed loop at the row's "
         "concurrency C (`silicon_concurrency` in `silicon_data_source`; `batch_size` is per "
         "attention-DP rank where the two differ), `--num-requests 20C "
-        "--warmup-request-count 2C`, fixed ISL/OSL with `ignore_eos`, streaming. aiperf's "
-        "TTFT runs from sending the request to its first token, so at high concurrency it "
-        "includes server-side queueing, the prompts batched with it and (disagg) the KV "
-        "transfer; TPOT is (latency - TTFT) / (OSL - 1) per request. pdsim runs the same "
-        f"closed loop, drops the first {WARMUP_ROUNDS}C requests as warm-up and averages "
-        f"TTFT and TPOT over the next {MIN_MEASURED_ROUNDS}-{MAX_MEASURED_ROUNDS} rounds of "
-        f"C requests: 20 unless C x OSL x rounds would pass {OUTPUT_TOKEN_BUDGET:,} output "
-        f"tokens, then as many as fit, at least one; where one round alone passes it "
-        f"(C in the thousands), one round of warm-up. "
-        "The rows do not say which benchmark run produced them beyond the source file, "
-        "image and concurrency; the older `source_file=` dumps may have used another "
-        "request count, which only matters through warm-up and the tail.")
+        "--warmup-request-count 2C`, fixed ISL/OSL with `ignore_eos`, streaming. aiperf "
+        "waits for the warm-up requests to return before its profiling phase starts "
+        "(`aiperf/timing/credit_issuing_strategy.py`), so the measured phase starts from an "
+        "idle server with a burst of C requests. aiperf's TTFT runs from sending the "
+        "request to its first token, so at high concurrency it includes server-side "
+        "queueing, the prompts batched with it and (disagg) the KV transfer; TPOT is "
+        "(latency - TTFT) / (OSL - 1) per request; both are means over the phase. pdsim has "
+        "no cold-start effects to warm up, so it runs the profiling phase alone: a closed "
+        "loop at C from an idle cluster, 20 rounds of C requests unless C x OSL x 20 would "
+        f"pass {OUTPUT_TOKEN_BUDGET:,} output tokens, then as many rounds as fit, at least "
+        f"{MIN_MEASURED_ROUNDS}; the first round (the burst) weighs 1/20 and the others "
+        "19/20, as in 20 rounds. The rows do not say which benchmark produced them beyond "
+        "source file, image and concurrency; the older `source_file=` dumps may have used "
+        "another request count, which changes how much the burst weighs.")
     add("- **Deployment**: one agg instance type (`count` = attention-DP ranks, each TP "
         "`tp_size`, experts over `moe_ep_size` GPUs), or P and D pools of "
         "`num_workers x attention_dp` instances each; `model` and `hardware` from the shipped "
@@ -740,7 +745,7 @@ def render(out: Outcome, meta: Meta) -> str:
         f"in turn among rows whose run generates at most {CI_COST_LIMIT:,} output tokens, "
         "so mostly low concurrency) and fails when a split's mean error rises more than 5 "
         "percentage points above the figure measured on 2026-12-01 at pdsim commit "
-        "180e924 (fit: TTFT 64.5%, TPOT 22.1%; held-out: TTFT 58.5%, TPOT 31.6%). This run "
+        "180e924 (fit: TTFT 60.1%, TPOT 22.1%; held-out: TTFT 52.9%, TPOT 31.7%). This run "
         "scores it at:")
     add("")
     add(STATS_HEAD)

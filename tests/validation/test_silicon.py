@@ -16,8 +16,8 @@ from validation import silicon as S
 # step-time model untouched), by scoring S.ci_slice(S.load_sample()) with S.score_row:
 # mean absolute percentage error of the mean TTFT / mean TPOT per split.
 MEASURED_MEAN_APE = {
-    ("fit", "ttft"): 64.5, ("fit", "tpot"): 22.1,
-    ("held-out", "ttft"): 58.5, ("held-out", "tpot"): 31.6,
+    ("fit", "ttft"): 60.1, ("fit", "tpot"): 22.1,
+    ("held-out", "ttft"): 52.9, ("held-out", "tpot"): 31.7,
 }
 TOLERANCE_PP = 5.0
 """The slice fails when a mean error rises more than 5 percentage points above the figure
@@ -132,14 +132,23 @@ def test_config_mirrors_the_protocol() -> None:
     cfg = pdsim.load_config(S.build_config(plan))
     assert cfg.workload.arrivals.kind == "closed_loop"
     assert cfg.workload.arrivals.concurrency == 64
-    # 2C warm-up + 20C measured: 64 x 1024 x 20 output tokens is within the budget
-    assert cfg.workload.num_requests == (2 + 20) * 64
+    # aiperf's profiling phase alone (its warm-up drains first): 20C requests, since
+    # 64 x 1024 x 20 output tokens is within the budget
+    assert cfg.workload.num_requests == 20 * 64
     assert cfg.speculative.method == "none"
     sched = cfg.cluster.colocated.scheduler  # type: ignore[union-attr]
     # AIC's agg max_num_tokens, batch + ISL + 1500, rounded up to whole 32-token blocks
     assert sched.max_num_batched_tokens == 2592
     big = S.plan_row(_row(silicon_data_source="x; silicon_concurrency=4096"))
-    assert S.warmup_rounds(big) == 1 and S.measured_rounds(big) == 1
+    assert S.measured_rounds(big) == 2
+
+
+def test_aiperf_mean_weighs_the_burst_as_one_round_in_twenty() -> None:
+    import numpy as np
+    values = np.array([10.0, 10.0, 1.0, 1.0])  # C = 2: a burst round and one more
+    assert S.aiperf_mean(values, 2) == pytest.approx((10.0 + 19 * 1.0) / 20)
+    twenty = np.repeat(np.arange(20.0), 3)
+    assert S.aiperf_mean(twenty, 3) == pytest.approx(twenty.mean())
 
 
 def test_stratified_sample_is_fixed_and_covers_every_stratum(
