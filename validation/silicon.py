@@ -387,6 +387,7 @@ def score_row(row: SiliconRow) -> Score:
     """Simulate one expressible row (``NotExpressible`` if it is not) and score it."""
     import pdsim
     from pdsim.errors import ConfigError
+    from pdsim.results import RecordTable
 
     plan = plan_row(row)
     start = time.perf_counter()
@@ -398,7 +399,10 @@ def score_row(row: SiliconRow) -> Score:
             raise NotExpressible(NO_FIT_REASON) from None
         raise NotExpressible("pdsim rejects the config", text.splitlines()[0][:120]) from None
     res = pdsim.simulate(cfg)
-    cols = res.records.columns
+    records = res.records
+    if not isinstance(records, RecordTable):
+        raise TypeError("pdsim returned records without columns")
+    cols = records.columns
     order = np.argsort(np.asarray(cols["request_id"]), kind="stable")
     finished = np.asarray(cols["status"])[order] == "finished"
     err = "" if finished.all() else f"{int((~finished).sum())} requests did not finish"
@@ -769,13 +773,13 @@ def render(out: Outcome, meta: Meta) -> str:
     add("| reason | rows | fit | held-out | examples |")
     add("|---|---:|---:|---:|---|")
     for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
-        sel = [(r, e) for r, e in out.not_expressible if e.reason == reason]
-        details = Counter(e.detail for _, e in sel if e.detail)
+        hits = [(r, e) for r, e in out.not_expressible if e.reason == reason]
+        details = Counter(e.detail for _, e in hits if e.detail)
         ex = ", ".join(f"{d} ({c})" for d, c in sorted(details.items(),
                                                          key=lambda kv: (-kv[1], kv[0]))[:6])
         if not ex:
-            ex = f"`{min(r.id for r, _ in sel)}`"
-        held = sum(1 for r, _ in sel if r.split == "held-out")
+            ex = f"`{min(r.id for r, _ in hits)}`"
+        held = sum(1 for r, _ in hits if r.split == "held-out")
         add(f"| {reason} | {count} | {count - held} | {held} | {ex} |")
     add("")
     add("The disagg rows without worker counts (older dumps) give each role's parallelism "
