@@ -78,6 +78,7 @@ def _construct_bounded_int(loader: _Yaml12Loader, node: yaml.ScalarNode) -> Any:
             None, None, f"an integer of {digits} digits is too large (pdsim's counts and "
             f"sizes stay below 2^63)", node.start_mark)
     text = str(loader.construct_scalar(node))
+    value: int | None
     try:  # the core schema's forms only: no base 60, no underscores, 017 is seventeen
         if text.startswith(("0o", "0x")):
             value = int(text[2:], 8 if text[1] == "o" else 16)
