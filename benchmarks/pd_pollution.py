@@ -29,8 +29,8 @@ import numpy as np
 from _bench import RESULTS, ROOT, provenance
 
 import pdsim
-from pdsim.compare import variant
-from pdsim.config import Role, SimConfig
+from pdsim.compare import variant, variant_configs
+from pdsim.config import SimConfig
 from pdsim.output import write_atomic
 
 INKLING = ROOT / "configs" / "inkling_small_pd_mtp8.yaml"
@@ -40,11 +40,8 @@ MODULES = (2, 3, 5, 8)
 
 
 def colocated(cfg: SimConfig) -> SimConfig:
-    """The same instances serving colocated, each like the config's decode instances."""
-    c = cfg.cluster
-    co = c.single(Role.DECODE, "the colocated run").model_dump(mode="json")
-    co["count"] = c.count(Role.PREFILL) + c.count(Role.DECODE)
-    return variant(cfg, cluster__mode="colocated", cluster__colocated=co)
+    """The same instances serving colocated, as ``pdsim compare --colocated`` runs them."""
+    return variant_configs(cfg, colocated=True)["colocated"]
 
 
 def stats(res: pdsim.Results, rows: Callable[[dict[str, Any]], np.ndarray] | None = None
@@ -64,10 +61,6 @@ def stats(res: pdsim.Results, rows: Callable[[dict[str, Any]], np.ndarray] | Non
             "requests": int(keep.sum())}
 
 
-def run(cfg: SimConfig) -> pdsim.Results:
-    return pdsim.simulate(cfg)
-
-
 def table(head: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -84,11 +77,12 @@ def pct(x: float) -> str:
 
 def ablation(base: SimConfig) -> str:
     before = variant(base, connector__prefill_backoff="off")
-    both = run(before)
-    m2 = run(variant(before, speculative__pad_first_decode_step=False))
-    clean_cache = run(variant(before, speculative__stale_kv__reprefill_cache_shortfall=False))
-    after = run(variant(base, connector__prefill_backoff="auto"))
-    co = run(colocated(base))
+    both = pdsim.simulate(before)
+    m2 = pdsim.simulate(variant(before, speculative__pad_first_decode_step=False))
+    clean_cache = pdsim.simulate(
+        variant(before, speculative__stale_kv__reprefill_cache_shortfall=False))
+    after = pdsim.simulate(variant(base, connector__prefill_backoff="auto"))
+    co = pdsim.simulate(colocated(base))
 
     def padded(c: dict[str, Any]) -> np.ndarray:
         return np.asarray(c["padded_first_steps"] > 0)
@@ -116,8 +110,8 @@ def by_concurrency(base: SimConfig) -> tuple[str, dict[str, list[float]]]:
     rows = []
     for c in CONCURRENCIES:
         cfg = variant(base, workload__arrivals={"kind": "closed_loop", "concurrency": c})
-        b = stats(run(variant(cfg, connector__prefill_backoff="off")))
-        a = stats(run(variant(cfg, connector__prefill_backoff="auto")))
+        b = stats(pdsim.simulate(variant(cfg, connector__prefill_backoff="off")))
+        a = stats(pdsim.simulate(variant(cfg, connector__prefill_backoff="auto")))
         curves["before the fix"].append(b["length"])
         curves["after the fix"].append(a["length"])
         rows.append([str(c), f3(b["length"]), pct(b["padded_share"]), f3(a["length"]),
@@ -134,9 +128,9 @@ def by_modules(base: SimConfig) -> tuple[str, dict[str, list[float]]]:
     for n in MODULES:
         cfg = variant(base, speculative__num_speculative_tokens=n,
                       speculative__acceptance={"kind": "per_position", "rates": rates[:n]})
-        b = stats(run(variant(cfg, connector__prefill_backoff="off")))
-        a = stats(run(variant(cfg, connector__prefill_backoff="auto")))
-        co = stats(run(colocated(cfg)))
+        b = stats(pdsim.simulate(variant(cfg, connector__prefill_backoff="off")))
+        a = stats(pdsim.simulate(variant(cfg, connector__prefill_backoff="auto")))
+        co = stats(pdsim.simulate(colocated(cfg)))
         for key, s in (("before the fix", b), ("after the fix", a), ("colocated", co)):
             curves[key].append(s["length"])
         rows.append([str(n), f3(b["length"]), f3(a["length"]), f3(co["length"])])
@@ -151,8 +145,8 @@ def single_module(base: SimConfig, requests: int) -> str:
     rows = []
     for label, cfg in (("MTP-1 (Inkling, rate 83.59%)", mtp1),
                        ("EAGLE-3, N = 3 (Llama-3.1-70B)", eagle)):
-        b = stats(run(variant(cfg, connector__prefill_backoff="off")))
-        co = stats(run(colocated(cfg)))
+        b = stats(pdsim.simulate(variant(cfg, connector__prefill_backoff="off")))
+        co = stats(pdsim.simulate(colocated(cfg)))
         rows.append([label, f3(co["length"]), f3(b["length"]),
                      f3(b["length_unpadded_rounds"]), pct(b["padded_share"]),
                      f"{100 * (b['length_unpadded_rounds'] / co['length'] - 1):+.1f}%"])
@@ -164,7 +158,7 @@ def single_module(base: SimConfig, requests: int) -> str:
 def at_acceptance_one(base: SimConfig) -> str:
     n = base.speculative.num_speculative_tokens
     one = variant(base, speculative__acceptance={"kind": "constant", "rate": 1.0})
-    before = run(variant(one, connector__prefill_backoff="off"))
+    before = pdsim.simulate(variant(one, connector__prefill_backoff="off"))
     beta = base.speculative.stale_kv.sensitivity_per_slot
     a = float(np.exp(-beta * (n - 1)))
     m1 = (1 - a ** (n + 1)) / (1 - a)
@@ -176,12 +170,12 @@ def at_acceptance_one(base: SimConfig) -> str:
         return np.asarray(c["padded_first_steps"] == 0)
 
     rows = [
-        ["colocated", f3(stats(run(colocated(one)))["length"]), f"N + 1 = {n + 1}"],
+        ["colocated", f3(stats(pdsim.simulate(colocated(one)))["length"]), f"N + 1 = {n + 1}"],
         ["before the fix, padded (M1)", f3(stats(before, padded)["length_unpadded_rounds"]),
          f"(1 - a^(N+1)) / (1 - a), a = exp(-{beta} x (N - 1)): {m1:.3f}"],
         ["before the fix, unpadded (M2)", f3(stats(before, unpadded)["length"]),
          f"N + 1 = {n + 1} (nothing rejected, nothing repaired from garbage)"],
-        ["after the fix (residual)", f3(stats(run(variant(
+        ["after the fix (residual)", f3(stats(pdsim.simulate(variant(
             one, connector__prefill_backoff="auto")))["length"]),
          "below N + 1: P's guesses of its truncated prompt tokens are not drafts"],
     ]

@@ -188,8 +188,9 @@ class Scheduler:
             if self.pads_first_step(req, num_rows, prefill_in_step):
                 extra = (layout.blocks_for(self.prefill_target_tokens(req, 1))
                          - pool.held(req.id))
-                # it waits for a step with room for 1 + N (the budget always has room while
-                # rows are free, max_num_batched_tokens >= max_num_seqs * (1 + N): blocks)
+                # without room for 1 + N it waits rather than run unpadded, as in vLLM; in
+                # pdsim only blocks can run short here (the config keeps
+                # max_num_batched_tokens >= max_num_seqs * (1 + N))
                 if budget < tokens_per_row or not pool.allocate(req.id, extra):
                     waiting.appendleft(req)
                     break
