@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+pytestmark = pytest.mark.docs_lane
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "calibration.md"
 BLOCK = re.compile(r"```console\n(.*?)```", flags=re.S)

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+pytestmark = pytest.mark.docs_lane
+
 ROOT = Path(__file__).resolve().parents[2]
 PDSIM = Path(sys.executable).with_name("pdsim")
 SKIP_FILES = {"calibration.md"}  # run by tests/calibration/test_calibration_docs.py

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+pytestmark = pytest.mark.docs_lane
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("regen_docs", ROOT / "tools" / "regen_docs.py")
 assert _spec is not None and _spec.loader is not None

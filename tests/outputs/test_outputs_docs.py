@@ -6,9 +6,13 @@ import re
 from pathlib import Path
 
 import matplotlib.image as mpimg
+import pytest
 
 from pdsim.plots import COMPARE_PLOTS, RUN_PLOTS
 from pdsim.timeseries import TIMESERIES_FIELDS
+
+# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+pytestmark = pytest.mark.docs_lane
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 TEXT = (DOCS / "outputs.md").read_text(encoding="utf-8")

@@ -10,6 +10,9 @@ from typer.testing import CliRunner
 
 from pdsim.cli import app
 
+# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+pytestmark = pytest.mark.docs_lane
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
 PAIRS = re.findall(r"```yaml\n(.*?)```\s*```text\n(.*?)```",
                    DOC.read_text(encoding="utf-8"), flags=re.S)

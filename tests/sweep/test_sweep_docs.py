@@ -5,10 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from sweep_support import MTP3, REPO
 
 from pdsim.loader import load_config
 from pdsim.sweep import Sweep, apply_base_overrides, load_sweep_file
+
+# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+pytestmark = pytest.mark.docs_lane
 
 DOC = REPO / "docs" / "sweeps.md"
 

@@ -12,6 +12,9 @@ import pdsim
 from pdsim.config_sections import Role
 from validation import silicon as S
 
+# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+pytestmark = pytest.mark.docs_lane
+
 # Measured on 2026-12-01, branch aic25 at pdsim commit 180e924 (pdsim/ as on main; the
 # step-time model untouched), by scoring S.ci_slice(S.load_sample()) with S.score_row:
 # mean absolute percentage error of the mean TTFT / mean TPOT per split.

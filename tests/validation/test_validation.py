@@ -12,6 +12,9 @@ from validation.harness import EXPLAIN_ABOVE_PCT, RowResult, run_rows
 from validation.report import parse_meta, render
 from validation.rows import Kind, Role, load_rows
 
+# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+pytestmark = pytest.mark.docs_lane
+
 ROWS = load_rows()
 
 

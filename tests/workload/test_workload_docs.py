@@ -12,6 +12,9 @@ from wl_stats import workload
 from pdsim.rng import RandomStreams
 from pdsim.workload import generate_requests
 
+# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+pytestmark = pytest.mark.docs_lane
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
 BLOCKS = re.findall(r"```yaml\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
 
