@@ -99,6 +99,7 @@ def test_deepseek_fp8_at_tp4_on_b200_does_not_fit_sglangs_default_fraction() -> 
         kv_cache_bytes_per_gpu(DS, B200, 4, rule="sglang")
     assert "mem_fraction_static 0.856" in err.value.message
     assert "memory_rule sglang" in err.value.message
+    assert "tensor_parallel_size >= 8 would fit" in err.value.message  # under its rule
     # ... while TensorRT-LLM's rule leaves it a KV cache
     assert kv_blocks_per_instance(DS, B200, 4, 0.9, 32, rule="trtllm",
                                   free_gpu_memory_fraction=0.8,
