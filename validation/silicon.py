@@ -813,9 +813,10 @@ def render(out: Outcome, meta: Meta) -> str:
             f"{sum(r < 1 for r in r2) / len(sel):.0%} |")
     add("")
     pre = [s for s in scored if s.preemptions > 0]
-    add(f"{len(pre)} of {len(scored)} simulated rows preempt in pdsim (its KV budget rule "
-        "leaves too little memory for the concurrency, issue 25 item 4), which multiplies "
-        f"their TTFT; {sum(s.likely_mtp for s in scored)} are flagged likely MTP.")
+    add(f"{len(pre)} of {len(scored)} simulated rows preempt in pdsim (vLLM and SGLang rows "
+        "whose concurrency outgrows the KV pool their backend's memory rule leaves; they "
+        "preempt as the engines do), which multiplies their TTFT; "
+        f"{sum(s.likely_mtp for s in scored)} are flagged likely MTP.")
     add("")
     add("AIConfigurator's own error on these rows: the CSV carries only the measurements, and "
         "the repository commits no predictions (its `tools/accuracy_regression_testing/"
@@ -829,10 +830,12 @@ def render(out: Outcome, meta: Meta) -> str:
     add("## By partition")
     add("")
     add(f"Partitions with at least {PARTITION_MIN_ROWS} sampled rows in a split are marked "
-        "with **bold** counts.")
+        "with **bold** counts. *TPOT ratio* is the median pdsim / measured TPOT; *TPOT mean "
+        "w/o MTP* the mean error without the rows flagged likely MTP.")
     add("")
-    add("| partition | split | scored | TTFT mean | TTFT median | TPOT mean | TPOT median |")
-    add("|---|---|---:|---:|---:|---:|---:|")
+    add("| partition | split | scored | TTFT mean | TTFT median | TPOT mean | TPOT median "
+        "| TPOT ratio | TPOT mean w/o MTP |")
+    add("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for part in sorted({s.partition for s in scored}):
         for split in ("fit", "held-out"):
             st = stats(s for s in scored if s.partition == part and s.split == split)
@@ -841,7 +844,11 @@ def render(out: Outcome, meta: Meta) -> str:
             cells = _stats_cells(st)
             if st.count >= PARTITION_MIN_ROWS:
                 cells = f"**{st.count}**" + cells[len(str(st.count)):]
-            add(f"| {part} | {split} | {cells} |")
+            ok = [s for s in scored if s.partition == part and s.split == split and s.ok]
+            ratio = statistics.median(s.pdsim_tpot_ms / s.measured_tpot_ms for s in ok)
+            no_mtp = stats(s for s in ok if not s.likely_mtp)
+            add(f"| {part} | {split} | {cells} | {ratio:.2f} | "
+                f"{_pct(no_mtp.tpot_mean) if no_mtp.count else '-'} |")
     add("")
 
     add("## Worst rows")
