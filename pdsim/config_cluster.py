@@ -224,7 +224,9 @@ def pool_num_blocks(pool: Pool, st: StepTimeConfig, kv_bytes_per_token: int,
             st.gpu_memory_utilization, sched.block_size,
             expert_parallel_size=st.expert_parallel_size, drafter_modules=drafter_modules,
             max_num_seqs=sched.max_num_seqs if has_mamba else None,
-            runtime_reserve_gib=st.runtime_reserve_gib, path=path)
+            runtime_reserve_gib=st.runtime_reserve_gib, path=path,
+            batch_seqs=sched.max_num_seqs,
+            **st.memory_rule_kwargs(sched.max_num_batched_tokens))
     else:
         raise ConfigError(f"{path}.kv_cache_gib",
                           "give kv_cache_gib or scheduler.num_blocks (or use a roofline "

@@ -91,13 +91,26 @@ OUTPUT_TOKEN_BUDGET = 2_000_000
 
 MAX_BATCH_PER_RANK = 4096
 
+MEMORY_RULES: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+"""Each backend's KV-memory rule (``memory_rule``, pdsim.perf.memory)."""
+
+TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.8
+"""``kv_cache_config.free_gpu_memory_fraction`` as AIConfigurator's generator writes it
+(``backend_templates/trtllm/extra_engine_args.yaml.j2``: ``default(0.80)``)."""
+
+FP8_KV_PRECISIONS = frozenset({"fp8", "nvfp4"})
+"""Weight dtypes whose AIConfigurator quant profile runs an fp8 KV cache: the ``fp8`` and
+``nvfp4`` profiles set ``kvcache_quant_mode: fp8`` (``sdk/task_v1_compat.py``,
+``_PROFILE_TO_QUANT``), as its checkpoint inference does for fp8/fp8_block/nvfp4
+checkpoints (``sdk/models/helpers.py``); bf16 and int4 weight-only keep a bf16 cache."""
+
 LIKELY_MTP_RATIO = 1.5
 """A row of an MTP-capable model whose pdsim TPOT (no speculation) exceeds the measured by
 this factor is flagged as likely measured with MTP (a flag for reporting, not a fit)."""
 
 PARTITION_MIN_ROWS = 20
 
-NO_FIT_REASON = "weights do not fit the GPUs (pdsim memory rule)"
+NO_FIT_REASON = "weights do not fit the GPUs under the backend's default memory rule"
 
 
 def is_held_out(row_id: str) -> bool:
@@ -225,6 +238,8 @@ class Plan:
     osl: int
     block_tokens: int
     roles: dict[str, Layout] = field(default_factory=dict)
+    backend: str = ""
+    kv_dtype: str = "bf16"
 
 
 def _dtype(quant: str, precision: str, default: str) -> str:
@@ -233,6 +248,19 @@ def _dtype(quant: str, precision: str, default: str) -> str:
             raise NotExpressible("unknown quant mode", quant)
         return QUANT_DTYPES[quant]
     return PRECISION_DTYPES.get(precision, default)
+
+
+_HEADS: dict[str, int] = {}
+
+
+def attention_heads(model: str) -> int:
+    """Query heads of a shipped model profile's attention layers (the largest count)."""
+    if model not in _HEADS:
+        from pdsim.perf.profiles import load_model_architecture
+
+        arch = load_model_architecture(model, "model")
+        _HEADS[model] = max(int(getattr(b.mixer, "num_heads", 1)) for b in arch.blocks)
+    return _HEADS[model]
 
 
 def plan_row(row: SiliconRow) -> Plan:
@@ -262,8 +290,42 @@ def plan_row(row: SiliconRow) -> Plan:
             raise NotExpressible("disagg row without worker counts")
         roles["prefill"] = _layout(f, "prefill_", moe, int(pw))
         roles["decode"] = _layout(f, "decode_", moe, int(dw))
-    return Plan(row.id, model, hardware, wd, ed, f["mode"], c, int(f["isl"]), int(f["osl"]),
-                BLOCK_TOKENS.get(f["backend"], 16), roles)
+    heads = attention_heads(model)
+    for lay in roles.values():
+        if heads % lay.tp:
+            # e.g. DeepSeek's 128 MLA heads at tp 48 or 72: no engine shards attention so;
+            # the row's recorded layout cannot be the one that ran
+            raise NotExpressible("tensor parallel size does not divide the attention heads",
+                                 f"{model}: {heads} heads, tp {lay.tp}")
+    kv = "fp8" if wd in FP8_KV_PRECISIONS else "bf16"
+    plan = Plan(row.id, model, hardware, wd, ed, f["mode"], c, int(f["isl"]), int(f["osl"]),
+                BLOCK_TOKENS.get(f["backend"], 16), roles, f["backend"], kv)
+    for lay in roles.values():
+        if not _weights_fit(plan, lay):
+            raise NotExpressible(NO_FIT_REASON, f"{plan.backend} on {plan.hardware}")
+    return plan
+
+
+_FITS: dict[tuple[str, ...], bool] = {}
+
+
+def _weights_fit(plan: Plan, lay: Layout) -> bool:
+    """Whether the weights leave KV memory under the backend's rule (its default
+    fractions: the sample does not record a deployment's own)."""
+    st = _step_time(plan, lay)
+    key = tuple(str(v) for v in st.values())
+    if key not in _FITS:
+        from pdsim.perf.config import RooflineStepTimeConfig
+
+        try:
+            RooflineStepTimeConfig.model_validate(st)
+        except ValueError as exc:
+            if "does not fit" not in str(exc):
+                raise
+            _FITS[key] = False
+        else:
+            _FITS[key] = True
+    return _FITS[key]
 
 
 def measured_rounds(plan: Plan) -> int:
@@ -293,9 +355,15 @@ def _round_up(n: int, k: int) -> int:
 
 
 def _step_time(plan: Plan, lay: Layout) -> dict[str, Any]:
-    return {"kind": "roofline", "model": plan.model, "hardware": plan.hardware,
-            "tensor_parallel_size": lay.tp, "expert_parallel_size": lay.ep,
-            "weight_dtype": plan.weight_dtype, "expert_weight_dtype": plan.expert_weight_dtype}
+    st: dict[str, Any] = {
+        "kind": "roofline", "model": plan.model, "hardware": plan.hardware,
+        "tensor_parallel_size": lay.tp, "expert_parallel_size": lay.ep,
+        "weight_dtype": plan.weight_dtype, "expert_weight_dtype": plan.expert_weight_dtype,
+        "kv_cache_dtype": plan.kv_dtype,
+        "memory_rule": MEMORY_RULES.get(plan.backend, "pdsim")}
+    if plan.backend == "trtllm":
+        st["free_gpu_memory_fraction"] = TRTLLM_FREE_GPU_MEMORY_FRACTION
+    return st
 
 
 def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
@@ -312,10 +380,40 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
         tokens = rank_batch
     else:
         tokens = rank_batch + plan.isl + 1500
-    return {"count": lay.instances, "kv_cache_gib": None, "step_time": _step_time(plan, lay),
-            "scheduler": {"max_num_seqs": seqs,
-                          "max_num_batched_tokens": _round_up(tokens, plan.block_tokens),
-                          "block_size": plan.block_tokens}}
+    tokens = _round_up(tokens, plan.block_tokens)
+    st = _step_time(plan, lay)
+    sched: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens,
+                             "block_size": plan.block_tokens}
+    if plan.backend == "trtllm":
+        sched["max_num_seqs"] = _no_evict_seqs(plan, role, st, sched)
+    return {"count": lay.instances, "kv_cache_gib": None, "step_time": st,
+            "scheduler": sched}
+
+
+def _no_evict_seqs(plan: Plan, role: str, st: dict[str, Any], sched: dict[str, Any]) -> int:
+    """TensorRT-LLM's default capacity policy, GUARANTEED_NO_EVICT, admits a request only
+    when the blocks of its whole length (prompt + maximum output) can be reserved, so it
+    never preempts. With fixed lengths that is a cap on the running requests: the pool's
+    blocks over one request's (a prefill instance holds a prompt and its first token).
+    The pool is sized as pdsim sizes it; a pool that does not fit is left to pdsim's
+    error."""
+    from pdsim.errors import ConfigError
+    from pdsim.perf.config import RooflineStepTimeConfig
+    from pdsim.perf.memory import kv_blocks_per_instance
+
+    try:
+        cfg = RooflineStepTimeConfig.model_validate(st)
+        blocks = kv_blocks_per_instance(
+            cfg.resolved_model(), cfg.resolved_hardware(), cfg.tensor_parallel_size,
+            cfg.gpu_memory_utilization, plan.block_tokens,
+            expert_parallel_size=cfg.expert_parallel_size,
+            runtime_reserve_gib=cfg.runtime_reserve_gib, batch_seqs=sched["max_num_seqs"],
+            **cfg.memory_rule_kwargs(sched["max_num_batched_tokens"]))
+    except (ConfigError, ValueError):
+        return int(sched["max_num_seqs"])
+    length = plan.isl + (1 if role == "prefill" else plan.osl)
+    per_request = math.ceil(length / plan.block_tokens)
+    return int(max(1, min(sched["max_num_seqs"], blocks // per_request)))
 
 
 def build_config(plan: Plan) -> dict[str, Any]:
@@ -396,7 +494,7 @@ def score_row(row: SiliconRow) -> Score:
     except ConfigError as exc:
         text = str(exc)
         if "does not fit" in text:
-            raise NotExpressible(NO_FIT_REASON) from None
+            raise NotExpressible(NO_FIT_REASON, f"{plan.backend} on {plan.hardware}") from None
         raise NotExpressible("pdsim rejects the config", text.splitlines()[0][:120]) from None
     res = pdsim.simulate(cfg)
     records = res.records
@@ -452,6 +550,14 @@ def stratified_sample(rows: Sequence[SiliconRow], n: int | None) -> list[Silicon
 
 CI_ROWS_PER_SPLIT = 10
 CI_COST_LIMIT = 300_000
+CI_MEASURED_ON = "2026-12-02 on branch fid (the backends' memory rules, fp8 KV, no-evict)"
+CI_MEASURED_MEAN_APE: dict[tuple[str, str], float] = {
+    ("fit", "ttft"): 63.2, ("fit", "tpot"): 20.7,
+    ("held-out", "ttft"): 54.2, ("held-out", "tpot"): 30.9,
+}
+"""The CI slice's mean absolute percentage errors as measured (``CI_MEASURED_ON``) by
+scoring ``ci_slice(load_sample())`` with ``score_row``; the test fails 5 points above."""
+CI_TOLERANCE_PP = 5.0
 """The CI slice: 10 fit and 10 held-out rows whose run generates at most 300k output
 tokens."""
 
@@ -646,11 +752,27 @@ def render(out: Outcome, meta: Meta) -> str:
         "`num_workers x attention_dp` instances each; `model` and `hardware` from the shipped "
         "profiles; weight and expert dtypes from `gemm_quant_mode` / `moe_quant_mode` "
         "(fp8 and fp8_block: fp8; nvfp4; int4_wo: int4; empty: the `precision` column, else "
-        "the profile's); KV cache at the profile's dtype (the sample does not give it); KV "
-        "memory by pdsim's rule (0.9 of HBM less weights and a 2 GiB reserve); engine limits "
+        "the profile's); KV cache fp8 for fp8 and nvfp4 deployments, else bf16 (the sample "
+        "does not give it: AIConfigurator's fp8 and nvfp4 quant profiles, "
+        "`sdk/task_v1_compat.py`, and its checkpoint inference, `sdk/models/helpers.py`, "
+        "run an fp8 KV cache; bf16 and int4 weight-only keep bf16); KV memory by the "
+        "backend's own rule (`memory_rule`, docs/step-time.md): vLLM's "
+        "gpu_memory_utilization 0.9 less weights, the activation peak at "
+        "max_num_batched_tokens and non-torch memory; SGLang's mem_fraction_static derived "
+        "from the GPU's memory as SGLang derives it; TensorRT-LLM's free_gpu_memory_fraction "
+        f"{TRTLLM_FREE_GPU_MEMORY_FRACTION:g} (AIConfigurator's generator default) of the "
+        "memory free after weights and activations. A row whose weights leave no KV memory "
+        "under its backend's default fraction is listed as not expressible (it ran with a "
+        "fraction the sample does not record). TensorRT-LLM rows admit as its default "
+        "GUARANTEED_NO_EVICT capacity policy does: with fixed lengths, at most the pool's "
+        "blocks over one whole request's (prompt + output) run at once, so they never "
+        "preempt; vLLM and SGLang rows preempt as pdsim's scheduler does. Engine limits "
         "as AIConfigurator's generator writes them (max tokens per step ISL + 1500, + the "
         "batch for agg; the batch for decode); no per-rank batch cap unless "
-        "the row gives one; round-robin routing; no speculation.")
+        "the row gives one; round-robin routing; no speculation. A row whose tensor-parallel "
+        "size does not divide the model's attention heads (DeepSeek's 128 MLA heads at TP "
+        "48 or 72) is not expressible: no engine shards attention so, so the row's recorded "
+        "layout is not the one that ran.")
     add(f"- **MTP.** The sample has no speculative-decoding column. pdsim runs every row "
         f"without speculation (as AIConfigurator's prediction inputs also do). A row is "
         f"flagged *likely MTP* when its model ships an MTP head (DeepSeek-V3/R1), pdsim's run "
@@ -691,9 +813,10 @@ def render(out: Outcome, meta: Meta) -> str:
             f"{sum(r < 1 for r in r2) / len(sel):.0%} |")
     add("")
     pre = [s for s in scored if s.preemptions > 0]
-    add(f"{len(pre)} of {len(scored)} simulated rows preempt in pdsim (its KV budget rule "
-        "leaves too little memory for the concurrency, issue 25 item 4), which multiplies "
-        f"their TTFT; {sum(s.likely_mtp for s in scored)} are flagged likely MTP.")
+    add(f"{len(pre)} of {len(scored)} simulated rows preempt in pdsim (vLLM and SGLang rows "
+        "whose concurrency outgrows the KV pool their backend's memory rule leaves; they "
+        "preempt as the engines do), which multiplies their TTFT; "
+        f"{sum(s.likely_mtp for s in scored)} are flagged likely MTP.")
     add("")
     add("AIConfigurator's own error on these rows: the CSV carries only the measurements, and "
         "the repository commits no predictions (its `tools/accuracy_regression_testing/"
@@ -707,10 +830,12 @@ def render(out: Outcome, meta: Meta) -> str:
     add("## By partition")
     add("")
     add(f"Partitions with at least {PARTITION_MIN_ROWS} sampled rows in a split are marked "
-        "with **bold** counts.")
+        "with **bold** counts. *TPOT ratio* is the median pdsim / measured TPOT; *TPOT mean "
+        "w/o MTP* the mean error without the rows flagged likely MTP.")
     add("")
-    add("| partition | split | scored | TTFT mean | TTFT median | TPOT mean | TPOT median |")
-    add("|---|---|---:|---:|---:|---:|---:|")
+    add("| partition | split | scored | TTFT mean | TTFT median | TPOT mean | TPOT median "
+        "| TPOT ratio | TPOT mean w/o MTP |")
+    add("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for part in sorted({s.partition for s in scored}):
         for split in ("fit", "held-out"):
             st = stats(s for s in scored if s.partition == part and s.split == split)
@@ -719,7 +844,11 @@ def render(out: Outcome, meta: Meta) -> str:
             cells = _stats_cells(st)
             if st.count >= PARTITION_MIN_ROWS:
                 cells = f"**{st.count}**" + cells[len(str(st.count)):]
-            add(f"| {part} | {split} | {cells} |")
+            ok = [s for s in scored if s.partition == part and s.split == split and s.ok]
+            ratio = statistics.median(s.pdsim_tpot_ms / s.measured_tpot_ms for s in ok)
+            no_mtp = stats(s for s in ok if not s.likely_mtp)
+            add(f"| {part} | {split} | {cells} | {ratio:.2f} | "
+                f"{_pct(no_mtp.tpot_mean) if no_mtp.count else '-'} |")
     add("")
 
     add("## Worst rows")
@@ -748,8 +877,11 @@ def render(out: Outcome, meta: Meta) -> str:
         f"{CI_ROWS_PER_SPLIT} fit and {CI_ROWS_PER_SPLIT} held-out rows, one per partition "
         f"in turn among rows whose run generates at most {CI_COST_LIMIT:,} output tokens, "
         "so mostly low concurrency) and fails when a split's mean error rises more than 5 "
-        "percentage points above the figure measured on 2026-12-01 at pdsim commit "
-        "180e924 (fit: TTFT 60.1%, TPOT 22.1%; held-out: TTFT 52.9%, TPOT 31.7%). This run "
+        f"percentage points above the figure measured on {CI_MEASURED_ON} (fit: TTFT "
+        f"{CI_MEASURED_MEAN_APE[('fit', 'ttft')]:.1f}%, TPOT "
+        f"{CI_MEASURED_MEAN_APE[('fit', 'tpot')]:.1f}%; held-out: TTFT "
+        f"{CI_MEASURED_MEAN_APE[('held-out', 'ttft')]:.1f}%, TPOT "
+        f"{CI_MEASURED_MEAN_APE[('held-out', 'tpot')]:.1f}%). This run "
         "scores it at:")
     add("")
     add(STATS_HEAD)
@@ -760,15 +892,16 @@ def render(out: Outcome, meta: Meta) -> str:
     add("## Rows pdsim cannot express")
     add("")
     reasons = Counter(exc.reason for _, exc in out.not_expressible)
-    planned_out = [(r, e) for r, e in out.not_expressible if e.reason != NO_FIT_REASON]
+    simulated = {r.id for r in out.considered}
+    planned_out = [(r, e) for r, e in out.not_expressible if r.id not in simulated]
     n_expr = len(out.rows) - len(planned_out)
     n_held = sum(1 for r in out.rows if r.split == "held-out") - sum(
         1 for r, _ in planned_out if r.split == "held-out")
     add(f"Of {len(out.rows):,} rows, {n_expr:,} are expressible by the rules above "
         f"({n_expr - n_held:,} fit, {n_held:,} held out; {len(out.considered):,} were "
         "simulated); the others, by reason (first reason "
-        "met; rows found only when simulated, such as weights that do not fit, are "
-        "counted among the simulated sample only):")
+        "met; a row the simulation itself rejects is counted among the simulated sample "
+        "only):")
     add("")
     add("| reason | rows | fit | held-out | examples |")
     add("|---|---:|---:|---:|---|")

@@ -90,4 +90,5 @@ def _check_roofline_drafter(cfg: SimConfig, st: RooflineStepTimeConfig, path: st
                            st.gpu_memory_utilization,
                            expert_parallel_size=st.expert_parallel_size,
                            drafter_modules=modules,
-                           runtime_reserve_gib=st.runtime_reserve_gib, path=path)
+                           runtime_reserve_gib=st.runtime_reserve_gib, path=path,
+                           **st.memory_rule_kwargs())

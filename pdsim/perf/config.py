@@ -6,7 +6,7 @@ See docs/step-time.md for the formulas, the defaults and where they come from.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -14,6 +14,7 @@ from pdsim._model import StrictModel, at_most, seconds_bound
 from pdsim.perf.architecture import DType, ModelArchitecture
 from pdsim.perf.hardware import HardwareSpec
 from pdsim.perf.kernels import DEFAULT_KERNELS, KernelFit
+from pdsim.perf.memory import DEFAULT_FREE_GPU_MEMORY_FRACTION, MemoryRule
 
 # CPU costs of the serving loop, fitted by tools/fit_cpu_costs.py to the validation
 # suite's fit rows (docs/step-time.md, "CPU costs fitted to the validation suite")
@@ -207,7 +208,19 @@ class RooflineStepTimeConfig(StrictModel):
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     """Fraction of GPU memory vLLM may use (sizes the KV cache)."""
     runtime_reserve_gib: NonNegFloat = 2.0
-    """GPU memory kept for activations and the runtime, in GiB."""
+    """GPU memory kept for activations and the runtime, in GiB (the pdsim memory rule)."""
+    memory_rule: MemoryRule = "pdsim"
+    """How the KV cache is sized: pdsim (gpu_memory_utilization of HBM less weights and
+    runtime_reserve_gib), vllm (gpu_memory_utilization less weights, the activation peak at
+    max_num_batched_tokens and non-torch memory), sglang (mem_fraction_static of HBM less
+    weights) or trtllm (free_gpu_memory_fraction of what weights, activations and runtime
+    leave free); docs/step-time.md."""
+    mem_fraction_static: Annotated[float, Field(gt=0, le=1)] | None = None
+    """SGLang's mem_fraction_static (memory_rule sglang); null: derived from the GPU's memory
+    as SGLang derives it."""
+    free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = (
+        DEFAULT_FREE_GPU_MEMORY_FRACTION)
+    """TensorRT-LLM's free_gpu_memory_fraction (memory_rule trtllm)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -295,10 +308,23 @@ class RooflineStepTimeConfig(StrictModel):
         try:
             kv_cache_bytes_per_gpu(self.resolved_model(), self.resolved_hardware(), tp,
                                    self.gpu_memory_utilization, expert_parallel_size=ep,
-                                   runtime_reserve_gib=self.runtime_reserve_gib)
+                                   runtime_reserve_gib=self.runtime_reserve_gib,
+                                   **self.memory_rule_kwargs())
         except ConfigError as exc:
             raise ValueError(exc.message) from None
         return self
+
+    def memory_rule_kwargs(self, max_num_batched_tokens: int = 0) -> dict[str, Any]:
+        """The memory-rule arguments of ``pdsim.perf.memory`` (one place): the rule, its
+        fractions, and the attention-DP ranks sharing the expert pool; the activation peak
+        is sized by the pool's ``max_num_batched_tokens``."""
+        ep, tp = self.expert_parallel_size, self.tensor_parallel_size
+        out: dict[str, Any] = {
+            "rule": self.memory_rule, "mem_fraction_static": self.mem_fraction_static,
+            "free_gpu_memory_fraction": self.free_gpu_memory_fraction,
+            "attention_dp_size": ep // tp if ep > 1 else 1,
+            "max_num_batched_tokens": max_num_batched_tokens}
+        return out
 
     def resolved_model(self) -> ModelArchitecture:
         """The model architecture, dtype overrides applied. Raises ``ConfigError``."""

@@ -15,14 +15,10 @@ from validation import silicon as S
 # the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
 pytestmark = pytest.mark.docs_lane
 
-# Measured on 2026-12-01, branch aic25 at pdsim commit 180e924 (pdsim/ as on main; the
-# step-time model untouched), by scoring S.ci_slice(S.load_sample()) with S.score_row:
-# mean absolute percentage error of the mean TTFT / mean TPOT per split.
-MEASURED_MEAN_APE = {
-    ("fit", "ttft"): 60.1, ("fit", "tpot"): 22.1,
-    ("held-out", "ttft"): 52.9, ("held-out", "tpot"): 31.7,
-}
-TOLERANCE_PP = 5.0
+# The slice's figures as measured, and the tolerance, live beside the slice in
+# validation/silicon.py (CI_MEASURED_MEAN_APE, CI_MEASURED_ON) so the report quotes them.
+MEASURED_MEAN_APE = S.CI_MEASURED_MEAN_APE
+TOLERANCE_PP = S.CI_TOLERANCE_PP
 """The slice fails when a mean error rises more than 5 percentage points above the figure
 measured (the runs are deterministic: any move is a change in pdsim, not noise)."""
 
@@ -83,6 +79,8 @@ def test_split_counts_match_the_data_readme(sample: list[S.SiliconRow]) -> None:
     ({"mode": "disagg"}, "disagg row without worker counts"),
     ({"silicon_data_source": "x", "batch_size": ""}, "no concurrency in the row"),
     ({"gemm_quant_mode": "w4a8"}, "unknown quant mode"),
+    ({"tp_size": "48", "moe_tp_size": "48"},
+     "tensor parallel size does not divide the attention heads"),
 ])
 def test_not_expressible_reasons(over: dict[str, str], reason: str) -> None:
     with pytest.raises(S.NotExpressible) as exc:
@@ -104,8 +102,10 @@ def test_reason_counts_over_the_sample(sample: list[S.SiliconRow]) -> None:
         "no pdsim hardware profile": 434,
         "MoE hybrid tensor x expert parallelism (moe_tp > 1 and moe_ep > 1)": 212,
         "MoE tensor parallelism across attention-DP ranks": 31,
+        "tensor parallel size does not divide the attention heads": 53,
+        "weights do not fit the GPUs under the backend's default memory rule": 10,
     }
-    assert len(sample) - sum(reasons.values()) == 1359
+    assert len(sample) - sum(reasons.values()) == 1296
 
 
 def test_attention_dp_ranks_become_instances_sharing_experts() -> None:
@@ -144,6 +144,41 @@ def test_config_mirrors_the_protocol() -> None:
     assert sched.max_num_batched_tokens == 2592
     big = S.plan_row(_row(silicon_data_source="x; silicon_concurrency=4096"))
     assert S.measured_rounds(big) == 2
+
+
+def test_memory_rule_kv_dtype_and_admission_follow_the_backend() -> None:
+    # TensorRT-LLM: free_gpu_memory_fraction 0.8 as AIC's generator writes it, an fp8 KV
+    # cache for an fp8 deployment (AIC's fp8 quant profile), and no-evict admission
+    plan = S.plan_row(_row())
+    assert plan.kv_dtype == "fp8"
+    cfg = S.build_config(plan)
+    st = cfg["cluster"]["colocated"]["step_time"]
+    assert (st["memory_rule"], st["free_gpu_memory_fraction"], st["kv_cache_dtype"]) == (
+        "trtllm", 0.8, "fp8")
+    for backend in ("vllm", "sglang"):
+        other = S.build_config(S.plan_row(_row(backend=backend)))
+        ost = other["cluster"]["colocated"]["step_time"]
+        assert ost["memory_rule"] == backend and "free_gpu_memory_fraction" not in ost
+    assert S.plan_row(_row(gemm_quant_mode="", moe_quant_mode="", precision="bf16",
+                           model_path="meta-llama/Llama-3.1-70B")).kv_dtype == "bf16"
+
+
+def test_no_evict_admission_caps_the_batch_at_what_the_pool_holds_whole() -> None:
+    """Llama-70B fp8 on one H200 with 8192/1024 at C 256: the pool cannot hold 256 whole
+    requests, so TensorRT-LLM's GUARANTEED_NO_EVICT runs fewer and pdsim never preempts."""
+    from pdsim.config_sections import Role as R
+    row = _row(model_path="meta-llama/Llama-3.1-70B", system="h200_sxm", tp_size="1",
+               moe_tp_size="1", isl="8192", osl="1024", batch_size="256",
+               silicon_data_source="x; silicon_concurrency=256")
+    plan = S.plan_row(row)
+    cfg = pdsim.load_config(S.build_config(plan))
+    seqs = cfg.cluster.colocated.scheduler.max_num_seqs  # type: ignore[union-attr]
+    blocks = cfg.num_blocks(R.COLOCATED)
+    per_request = -(-(8192 + 1024) // 32)
+    assert seqs == blocks // per_request < 256
+    vllm = pdsim.load_config(S.build_config(S.plan_row(_row(
+        **{**row.fields, "backend": "vllm"}))))
+    assert vllm.cluster.colocated.scheduler.max_num_seqs == 256  # type: ignore[union-attr]
 
 
 def test_aiperf_mean_weighs_the_burst_as_one_round_in_twenty() -> None:
