@@ -48,7 +48,7 @@ from pdsim.config_sections import (
 from pdsim.engine_config import EngineConfig
 from pdsim.errors import ConfigError
 from pdsim.faults import FaultsConfig
-from pdsim.kv_layout import KVLayout
+from pdsim.kv_layout import KVLayout, block_bytes_per_token
 from pdsim.perf.config import RooflineStepTimeConfig, SimpleStepTimeConfig, StepTimeConfig
 from pdsim.policies import ROUTERS
 from pdsim.topology_config import transfer_issues
@@ -215,18 +215,17 @@ class SimConfig(StrictModel):
         block-equivalents."""
         model = self.model_of(group)
         groups = model.layer_groups
-        full = self.kv_bytes_per_token_of(group) - sum(
-            g.num_layers * g.kv_bytes_per_token_per_layer
-            for g in groups if g.kind == "sliding_window")
-        block_bytes = max(1, block_size * max(1, full))
         extra = self.extra_retained_tokens
         sliding = tuple(
             (int(g.window_tokens or 0) + extra, g.num_layers * g.kv_bytes_per_token_per_layer)
             for g in groups if g.kind == "sliding_window")
+        sliding_bytes = sum(bpt for _, bpt in sliding)
+        full = self.kv_bytes_per_token_of(group) - sliding_bytes
+        block_bytes = block_size * int(block_bytes_per_token(full, sliding_bytes))
         fixed = (math.ceil(model.mamba_state_bytes / block_bytes)
                  if model.has_mamba else 0)
         return KVLayout(block_size=block_size, block_bytes=block_bytes, sliding=sliding,
-                        fixed_blocks=fixed)
+                        fixed_blocks=fixed, full=full > 0 or not sliding)
 
     @property
     def stale_kv_provenance(self) -> str:
@@ -312,8 +311,9 @@ class SimConfig(StrictModel):
         ``kv_cache_gib``, or derived from the hardware's memory (its roofline step time).
         Raises ``ConfigError`` naming the pool's path."""
         pool = self.pool(of)
+        layout = self.kv_layout(pool.group.scheduler.block_size, pool.group)
         return pool_num_blocks(pool, self.step_time_of(pool.group),
-                               self.kv_bytes_per_token_of(pool.group),
+                               layout.block_bytes // layout.block_size,
                                self._kv_drafter_modules, self.model.has_mamba)
 
     # -------------------------------------------------------------- validation

@@ -19,7 +19,7 @@ from pdsim.perf.architecture import (
 )
 from pdsim.perf.hardware import HardwareSpec
 from pdsim.perf.sizes import (
-    kv_bytes_per_token,
+    pool_block_bytes_per_token,
     state_bytes_per_request,
     weight_bytes,
 )
@@ -130,7 +130,7 @@ def kv_blocks_per_instance(arch: ModelArchitecture, hardware: HardwareSpec,
         expert_parallel_size=expert_parallel_size, drafter_modules=drafter_modules,
         runtime_reserve_gib=runtime_reserve_gib, path=path)
     states = state_bytes_per_request(arch, tensor_parallel_size) * (max_num_seqs or 0)
-    per_token = kv_bytes_per_token(arch, tensor_parallel_size, drafter_modules)
+    per_token = pool_block_bytes_per_token(arch, tensor_parallel_size, drafter_modules)
     blocks = num_kv_blocks(per_gpu - states, block_size, per_token)
     if blocks < 1:
         raise ConfigError(path, (

@@ -1,0 +1,113 @@
+"""Reliability round 3 (issue 26), the reproductions still open after its first pass:
+all-sliding-window models, names of the transfer network checked at load, inert settings,
+bytes that never landed, and writers that bound their memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rel_support import small, small_cfg
+
+from pdsim.config import Role
+from pdsim.engine.kv_manager import KVManager
+from pdsim.errors import ConfigError
+from pdsim.importers.deployment import RoleCommand, import_deployment
+from pdsim.loader import load_config
+
+# ----------------------------------------------------------- all-sliding-window models
+
+# The fields of Mistral-7B-v0.1's published config.json (every layer slides, 4096 tokens)
+# and Phi-3-mini-4k-instruct's (every layer slides, 2047 tokens; 32 KV heads).
+MISTRAL_7B = {
+    "architectures": ["MistralForCausalLM"], "hidden_act": "silu", "hidden_size": 4096,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 32000}
+PHI3_MINI = {
+    "architectures": ["Phi3ForCausalLM"], "hidden_act": "silu", "hidden_size": 3072,
+    "intermediate_size": 8192, "max_position_embeddings": 4096, "model_type": "phi3",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 2047,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 32064}
+NIXL = "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
+
+
+@pytest.mark.parametrize(("hf", "window"), [(MISTRAL_7B, 4096), (PHI3_MINI, 2047)])
+def test_all_sliding_window_models_import_and_run(tmp_path: Path, hf: dict[str, Any],
+                                                  window: int) -> None:
+    from pdsim.importers.render import profile_yaml
+    from pdsim.simulation import simulate
+
+    res = import_deployment([RoleCommand("prefill", f"vllm serve m {NIXL}"),
+                             RoleCommand("decode", f"vllm serve m {NIXL}")], hf)
+    profile = tmp_path / res.profile_file
+    profile.write_text(profile_yaml(res.profile, []), encoding="utf-8")
+    data = json.loads(json.dumps(res.config))
+    data["model"]["profile"] = str(profile)
+    cfg = load_config(data, overrides=["workload.num_requests=20"])
+    assert [g.kind for g in cfg.model.layer_groups] == ["sliding_window"]
+    layout = cfg.kv_layout(16, cfg.pool(Role.DECODE).group)
+    # a block is 16 tokens of the layers' KV; a request never holds more than its window's
+    head_dim = hf["hidden_size"] // hf["num_attention_heads"]
+    per_token = 32 * 2 * hf["num_key_value_heads"] * head_dim * 2  # layers, K+V, bf16
+    assert layout.block_bytes == 16 * per_token
+    assert layout.blocks_for(10 * window) == layout.blocks_for(window) == -(-window // 16)
+    # the pool is counted in the same blocks (the roofline's memory over block_bytes)
+    results = simulate(cfg)
+    assert results.summary.completed == 20
+
+
+def _sliding(**sched: Any) -> dict[str, Any]:
+    return small({"model": {"layer_groups": [
+        {"kind": "sliding_window", "num_layers": 4, "kv_bytes_per_token_per_layer": 256,
+         "window_tokens": 64}]},
+        "speculative": {"method": "none", "num_speculative_tokens": 0,
+                        "acceptance": {"kind": "constant", "rate": 0.0}},
+        "cluster": {"decode": {"scheduler": sched}, "prefill": {"scheduler": sched}}})
+
+
+@pytest.mark.parametrize("sched", [{"num_blocks": 8}, {"num_blocks": None}])
+def test_a_pdsim_config_whose_layers_all_slide_loads_and_runs(sched: dict[str, Any]) -> None:
+    from pdsim.simulation import simulate
+
+    data = _sliding(**sched)
+    if sched["num_blocks"] is None:
+        for role in ("prefill", "decode"):  # num_blocks None: deleted by the merge
+            data["cluster"][role]["kv_cache_gib"] = 8 * 16 * 1024 / 2**30
+    cfg = load_config(data)
+    layout = cfg.kv_layout(16)
+    assert layout.block_bytes == 16 * 4 * 256 and not layout.full
+    assert layout.blocks_for(5) == 1 and layout.blocks_for(2000) == 4  # 64-token window
+    assert cfg.num_blocks(Role.DECODE) == 8  # kv_cache_gib counted in the layout's blocks
+    assert simulate(cfg).summary.completed == 30
+
+
+def test_max_fit_tokens_stops_at_max_model_len_when_blocks_stop_growing() -> None:
+    cfg = load_config(_sliding(num_blocks=8))
+    kv = KVManager(cfg.kv_layout(16), 8, False, 16, 1)
+    assert kv.max_fit_tokens(1, cfg.model.max_model_len) == cfg.model.max_model_len
+    full = small_cfg()
+    kv = KVManager(full.kv_layout(16), 512, False, 16, 1)
+    assert kv.max_fit_tokens(4, 1 << 30) == 512 * 16 - 4
+
+
+def test_a_hybrid_pool_is_counted_in_the_layouts_blocks() -> None:
+    """One rule for pool sizing and block bytes: a pool of kv_cache_gib holds that many
+    bytes in blocks of the full-attention layers, sliding layers charged in the same."""
+    data = small({"model": {"layer_groups": [
+        {"kind": "attention", "num_layers": 1, "kv_bytes_per_token_per_layer": 256},
+        {"kind": "sliding_window", "num_layers": 5, "kv_bytes_per_token_per_layer": 256,
+         "window_tokens": 64}]}})
+    for role in ("prefill", "decode"):
+        data["cluster"][role]["scheduler"].pop("num_blocks")
+        data["cluster"][role]["kv_cache_gib"] = 1.0
+    cfg = load_config(data)
+    layout = cfg.kv_layout(16, cfg.pool(Role.DECODE).group)
+    assert cfg.num_blocks(Role.DECODE) == 2**30 // layout.block_bytes
+    with pytest.raises(ConfigError):
+        load_config(small({"model": {"layer_groups": [{"kind": "sliding_window",
+                                                        "num_layers": 1}]}}))
