@@ -111,3 +111,33 @@ def test_a_hybrid_pool_is_counted_in_the_layouts_blocks() -> None:
     with pytest.raises(ConfigError):
         load_config(small({"model": {"layer_groups": [{"kind": "sliding_window",
                                                         "num_layers": 1}]}}))
+
+
+# ------------------------------------------------------------ bytes that never landed
+
+@pytest.mark.parametrize("faults", [{"kv_transfer_failure_probability": 1.0},
+                                    {"kv_transfer_timeout_s": 1e-6}])
+def test_kv_bytes_transferred_counts_only_transfers_that_landed(
+        faults: dict[str, Any]) -> None:
+    from pdsim.simulation import simulate
+
+    res = simulate(small_cfg({"faults": faults,
+                              "connector": {"kv_load_failure_policy": "recompute"}}))
+    assert res.summary.completed > 0  # recomputed on D
+    assert res.summary.kv_bytes_transferred == 0
+    assert not res.records.column("kv_bytes_transferred").any()
+
+
+def test_kv_bytes_transferred_of_landed_transfers_are_whole_blocks() -> None:
+    from pdsim.simulation import simulate
+
+    cfg = small_cfg({"faults": {"kv_transfer_failure_probability": 0.5},
+                     "connector": {"kv_load_failure_policy": "recompute"}})
+    res = simulate(cfg)
+    import numpy as np
+
+    nbytes = np.asarray(res.records.column("kv_bytes_transferred"))
+    landed = ~np.isnan(np.asarray(res.records.column("transfer_end_s"), dtype=float))
+    assert 0 < landed.sum() < len(nbytes)
+    assert not nbytes[~landed].any() and (nbytes[landed] > 0).all()
+    assert res.summary.kv_bytes_transferred == int(nbytes.sum())
