@@ -143,10 +143,13 @@ def register(app: typer.Typer) -> None:
         spec = load_sweep_file(sweep_file) if sweep_file is not None else SweepSpec()
         for axis in grid or []:
             spec.grid.append(parse_grid(axis))
-        base = load_config(config)
-        base = apply_base_overrides(base, spec.base_overrides)
-        if set_ or seed is not None:
-            base = load_config(base.model_dump(mode="json"), set_ or [], seed=seed)
+        # the file as `pdsim run --set` reads it (a file valid only after --set loads), then
+        # the sweep file's base overrides, then --set again so that it wins over them
+        base = load_config(config, set_ or [], seed=seed)
+        if spec.base_overrides:
+            base = apply_base_overrides(base, spec.base_overrides)
+            if set_:
+                base = load_config(base.model_dump(mode="json"), set_)
         from pdsim.run_folder import prepare_out_dir
 
         run = SweepRun(base, spec.expand())  # every point validated, nothing written yet

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rel_support import small, small_cfg
+from rel_support import assert_cli_error, small, small_cfg, write_yaml
 
 from pdsim.config import Role
 from pdsim.engine.kv_manager import KVManager
@@ -141,3 +141,73 @@ def test_kv_bytes_transferred_of_landed_transfers_are_whole_blocks() -> None:
     assert 0 < landed.sum() < len(nbytes)
     assert not nbytes[~landed].any() and (nbytes[landed] > 0).all()
     assert res.summary.kv_bytes_transferred == int(nbytes.sum())
+
+
+# ------------------------------------------------ the transfer network checked at load
+
+def _degraded(link: str, **topology: Any) -> dict[str, Any]:
+    return small({"connector": {"topology": {"gpus_per_node": 1, "nics_per_node": 1,
+                                             **topology}},
+                  "faults": {"link_degradations": [{"link": link, "start_s": 0.0,
+                                                    "end_s": 1.0, "bandwidth_factor": 0.5}]}})
+
+
+@pytest.mark.parametrize(("link", "phrase"), [
+    ("node2", "no 'node2': the instances occupy 2 node(s), node0..node1"),
+    ("node7/nic0", "no 'node7/nic0': the instances occupy 2 node(s)"),
+    ("node01", "write 'node1'"),  # one problem, one line
+])
+def test_a_degradation_of_a_node_beyond_the_cluster_is_a_load_error(
+        tmp_path: Path, link: str, phrase: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(_degraded(link))
+    [(path, message)] = info.value.issues
+    assert path == "faults.link_degradations.0.link" and phrase in message
+    cfg = write_yaml(tmp_path / "c.yaml", _degraded(link))
+    assert_cli_error(["show-config", str(cfg)], "faults.link_degradations.0.link", phrase)
+    assert load_config(_degraded("node1"))  # D0 sits on node1
+
+
+def test_a_sweep_names_the_point_whose_degradation_names_no_node(tmp_path: Path) -> None:
+    """The file is valid only after --set (2 P: 3 nodes, node2 among them), as `pdsim run`
+    reads it; the point of 1 P occupies 2 nodes."""
+    cfg = write_yaml(tmp_path / "c.yaml", _degraded("node2"))
+    assert_cli_error(["sweep", str(cfg), "--out", str(tmp_path / "o"),
+                      "--set", "cluster.prefill.count=2",
+                      "--grid", "cluster.prefill.count=2,1"],
+                     "no 'node2'", "(sweep point 1: cluster.prefill.count=1)")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_overfull_node_is_a_load_error() -> None:
+    data = _degraded("node0", placement={"P0": 0, "D0": 0})
+    with pytest.raises(ConfigError, match=r"placement\.D0: node 0 has 1 GPUs; the "
+                                          r"instances placed on it need 2"):
+        load_config(data)
+
+
+def _roofline_tp4(**topology: Any) -> dict[str, Any]:
+    st = {"kind": "roofline", "model": "llama-3.1-8b", "hardware": "h200",
+          "tensor_parallel_size": 4}
+    return small({"model": {"profile": "llama-3.1-8b", "num_mtp_modules": 0},
+                  "speculative": {"method": "none", "num_speculative_tokens": 0,
+                                  "acceptance": {"kind": "constant", "rate": 0.0}},
+                  "step_time": st,
+                  "connector": {"topology": {"gpus_per_node": 8, **topology}}})
+
+
+def test_fewer_gpus_per_instance_than_tp_ranks_is_a_load_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(_roofline_tp4(gpus_per_instance=1))
+    assert info.value.issues == [(
+        "connector.topology.gpus_per_instance",
+        "1 GPU(s) per instance cannot hold cluster.prefill's tensor_parallel_size 4 (a GPU "
+        "per TP rank); give at least 4, or null to take each pool's from its step time"),
+        ("connector.topology.gpus_per_instance",
+         "1 GPU(s) per instance cannot hold cluster.decode's tensor_parallel_size 4 (a GPU "
+         "per TP rank); give at least 4, or null to take each pool's from its step time")]
+    from pdsim.simulation import Simulation
+
+    for ok in (None, 4, 8):  # derived, exact, and two data-parallel ranks of TP4
+        sim = Simulation(load_config(_roofline_tp4(gpus_per_instance=ok)))
+        assert sim.network.num_nodes == (2 if ok == 8 else 1)  # type: ignore[attr-defined]
