@@ -211,3 +211,54 @@ def test_fewer_gpus_per_instance_than_tp_ranks_is_a_load_error() -> None:
     for ok in (None, 4, 8):  # derived, exact, and two data-parallel ranks of TP4
         sim = Simulation(load_config(_roofline_tp4(gpus_per_instance=ok)))
         assert sim.network.num_nodes == (2 if ok == 8 else 1)  # type: ignore[attr-defined]
+
+
+# -------------------------------------------- a root step time every pool overrides
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _all_pools_own() -> dict[str, Any]:
+    import yaml
+
+    data = yaml.safe_load((CONFIGS / "hetero_pd.yaml").read_text())
+    data["cluster"]["decode"][1]["step_time"] = {"kind": "roofline", "hardware": "h100-sxm",
+                                                 "tensor_parallel_size": 4}
+    data["workload"]["num_requests"] = 20
+    return data  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("key", ["step_time.hardware=h200",
+                                 "step_time.tensor_parallel_size=1",
+                                 "step_time={kind: simple}"])
+def test_setting_the_root_step_time_every_pool_overrides_is_an_error(
+        tmp_path: Path, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(_all_pools_own(), overrides=[key])
+    [(path, message)] = info.value.issues
+    assert path == key.split("=")[0]
+    assert message.startswith("would change nothing: every pool has its own step time "
+                              "(cluster.prefill.step_time, cluster.decode.0.step_time, "
+                              "cluster.decode.1.step_time)")
+    cfg = write_yaml(tmp_path / "c.yaml", _all_pools_own())
+    assert_cli_error(["sweep", str(cfg), "--out", str(tmp_path / "o"),
+                      "--grid", "step_time.tensor_parallel_size=4,8"],
+                     "step_time.tensor_parallel_size: would change nothing", "sweep point 0")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unused_root_step_time_need_not_fit_and_is_named_in_a_warning() -> None:
+    data = _all_pools_own()
+    data["step_time"]["tensor_parallel_size"] = 1  # 70B bf16 weights on one H100: no fit
+    cfg = load_config(data)
+    assert cfg.root_step_time_users == []
+    assert "step_time: every pool has its own step time, so the root step_time is used " \
+           "by none" in cfg.warnings
+    # a root some pool runs on is still checked
+    data["cluster"]["decode"][1].pop("step_time")
+    with pytest.raises(ConfigError, match="does not fit on h100-sxm"):
+        load_config(data)
+    # and a setting of the root a pool runs on is no error
+    data = _all_pools_own()
+    data["cluster"]["decode"][1].pop("step_time")
+    assert load_config(data, overrides=["step_time.tensor_parallel_size=8"])
