@@ -262,3 +262,52 @@ def test_an_unused_root_step_time_need_not_fit_and_is_named_in_a_warning() -> No
     data = _all_pools_own()
     data["cluster"]["decode"][1].pop("step_time")
     assert load_config(data, overrides=["step_time.tensor_parallel_size=8"])
+
+
+# ------------------------------------------------------- writers bound their memory
+
+def test_timeseries_csv_is_streamed_a_track_at_a_time(tmp_path: Path) -> None:
+    """write_timeseries makes and writes one track at a time (benchmarks/writer_memory.py
+    measures the memory); the file is the text timeseries_csv gives, and reads back."""
+    import numpy as np
+
+    from pdsim.simulation import simulate
+    from pdsim.timeseries import (
+        bin_edges,
+        horizon_s,
+        iter_tracks,
+        read_timeseries,
+        timeseries,
+        timeseries_csv,
+        timeseries_csv_chunks,
+        write_timeseries,
+    )
+
+    res = simulate(small_cfg(**{"cluster__prefill__count": 3, "cluster__decode__count": 4}))
+    path = write_timeseries(res, tmp_path / "timeseries.csv")
+    ts = timeseries(res)
+    assert path.read_text(encoding="utf-8") == timeseries_csv(ts)
+    back = read_timeseries(path)
+    assert list(back.tracks) == list(ts.tracks)
+    for name, track in ts.tracks.items():
+        for metric, values in track.values.items():
+            np.testing.assert_allclose(back.tracks[name].values[metric], values)
+    edges = bin_edges(horizon_s(res))
+    chunks = list(timeseries_csv_chunks(edges, iter_tracks(res, edges)))
+    assert len(chunks) == len(ts.tracks) + 1  # the header goes with the first track
+    assert all(c.count("\n") <= len(edges) for c in chunks)
+
+
+def test_prefill_slots_of_every_instance_in_one_pass_agree_with_one_at_a_time() -> None:
+    from pdsim.metrics import prefill_slot_intervals, prefill_slot_intervals_by_instance
+    from pdsim.simulation import simulate
+
+    res = simulate(small_cfg(**{"cluster__prefill__count": 3}))
+    for records in (res.records, res.to_records()):  # the column store and plain dicts
+        slots = prefill_slot_intervals_by_instance(records)
+        assert sorted(slots) == ["P0", "P1", "P2"]
+        for name, (start, end) in slots.items():
+            one = prefill_slot_intervals(records, name)
+            assert start.tolist() == one[0].tolist() and end.tolist() == one[1].tolist()
+            assert len(start) and (end >= start).all()
+    assert [len(a) for a in prefill_slot_intervals([], "P0")] == [0, 0]
