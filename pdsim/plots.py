@@ -41,7 +41,7 @@ from pdsim.plot_style import note as _note
 from pdsim.plot_style import plain_text
 from pdsim.plot_style import style_series as _style_series
 from pdsim.plot_style import title as _title
-from pdsim.run_folder import check_folder
+from pdsim.run_folder import check_folder, check_sealed
 from pdsim.sweep_figures import is_sweep_dir, write_sweep_plots
 from pdsim.timeseries import bin_edges, output_tokens_integral, throughput_bins
 
@@ -424,6 +424,7 @@ def plot_result_dir(result_dir: str | Path, out: str | Path | None = None) -> li
     if not d.is_dir():
         raise InputFileError(str(d), None, "not a directory")
     if is_sweep_dir(d):
+        check_sealed(d, "sweep.csv")
         return write_sweep_plots(d, out)
     has_run, has_cmp = (d / "summary.json").is_file(), (d / "compare.json").is_file()
     if not (has_run or has_cmp):
@@ -433,8 +434,9 @@ def plot_result_dir(result_dir: str | Path, out: str | Path | None = None) -> li
     target = Path(out) if out is not None else d
     files = []
     if has_run:
-        check_folder(d)
+        check_folder(d, "summary.json")
         files += write_run_figures(read_run_dir(d), target)
     if has_cmp:
+        check_sealed(d, "compare.json")
         files += write_comparison_figures(read_compare_json(d / "compare.json"), target)
     return files

@@ -311,3 +311,109 @@ def test_prefill_slots_of_every_instance_in_one_pass_agree_with_one_at_a_time() 
             assert start.tolist() == one[0].tolist() and end.tolist() == one[1].tolist()
             assert len(start) and (end >= start).all()
     assert [len(a) for a in prefill_slot_intervals([], "P0")] == [0, 0]
+
+
+# ---------------------------------------- compare, sweep and import: write beside, swap
+
+def _cli(args: list[str]) -> str:
+    from typer.testing import CliRunner
+
+    from pdsim.cli import app
+
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def test_compare_out_is_written_beside_and_sealed(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from pdsim.compare import Comparison, variant_configs
+    from pdsim.run_folder import STAGE_PREFIX, check_folder
+    from pdsim.simulation import simulate
+    from pdsim.writers import write_compare
+
+    cfg_file = write_yaml(tmp_path / "c.yaml", small(workload={"num_requests": 10}))
+    out = tmp_path / "o"
+    _cli(["compare", str(cfg_file), "--out", str(out)])
+    manifest = check_folder(out, "compare.json")
+    assert manifest["kind"] == "compare" and list(manifest["files"]) == ["compare.json"]
+    before = _contents(out)
+
+    def plots_fail(*args: object) -> list[Path]:
+        raise ValueError("matplotlib could not draw it")
+
+    monkeypatch.setattr("pdsim.writers.write_compare_plots", plots_fail)
+    cfg = small_cfg(seed=8)
+    cmp = Comparison({k: simulate(v) for k, v in variant_configs(cfg, False).items()})
+    with pytest.raises(ValueError, match="could not draw"):
+        write_compare(cmp, cfg, out, plots=True)
+    assert _contents(out) == before  # the previous comparison, still sealed
+    assert not any(p.name.startswith(STAGE_PREFIX) for p in out.iterdir())
+    # a compare.json edited (or left by another command) is refused by the readers
+    (out / "compare.json").write_text((out / "compare.json").read_text() + " ")
+    assert_cli_error(["plot", str(out)], "compare.json", "does not match manifest.json")
+
+
+def test_a_run_folder_that_a_compare_wrote_into_is_refused(tmp_path: Path) -> None:
+    cfg = write_yaml(tmp_path / "c.yaml", small(workload={"num_requests": 10}))
+    out = tmp_path / "o"
+    _cli(["run", str(cfg), "--out", str(out)])
+    _cli(["compare", str(cfg), "--out", str(out)])
+    assert_cli_error(["plot", str(out)], "summary.json",
+                     "is not one of the files manifest.json seals")
+
+
+def test_a_sweep_table_is_swapped_in_whole_and_sealed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pdsim.run_folder import check_folder
+    from pdsim.sweep import write_table
+
+    cfg = write_yaml(tmp_path / "c.yaml", small(workload={"num_requests": 10}))
+    out = tmp_path / "o"
+    _cli(["sweep", str(cfg), "--out", str(out), "--grid", "seed=1,2"])
+    sealed = check_folder(out, "sweep.csv")["files"]
+    assert "sweep.csv" in sealed
+    before = _contents(out)
+
+    def parquet_fails(*args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("pdsim.output.write_parquet", parquet_fails)
+    with pytest.raises(OSError, match="disk full"):
+        write_table(out, [{"point": 0, "point_id": "x", "seed": 3}])
+    assert _contents(out) == before
+    (out / "sweep.csv").write_text((out / "sweep.csv").read_text().replace(",", ";", 1))
+    assert_cli_error(["plot", str(out)], "sweep.csv", "does not match manifest.json")
+
+
+def test_import_vllm_swaps_in_config_and_profile_together(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hf = tmp_path / "config.json"
+    hf.write_text(json.dumps(MISTRAL_7B))
+    args = ["import-vllm", "--hf-config", str(hf), "--prefill", f"vllm serve m {NIXL}",
+            "--decode", f"vllm serve m {NIXL}", "--out", str(tmp_path / "o")]
+    _cli(args)
+    before = _contents(tmp_path / "o")
+    assert sorted(before) == ["config.yaml", "m.model.yaml"]
+    import pdsim.output
+
+    real, calls = pdsim.output.write_atomic, []
+
+    def second_write_fails(path: Any, data: Any) -> Path:
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real(path, data)
+
+    monkeypatch.setattr(pdsim.output, "write_atomic", second_write_fails)
+    from typer.testing import CliRunner
+
+    from pdsim.cli import app
+
+    res = CliRunner().invoke(app, [*args, "--hardware", "b200"])
+    assert res.exit_code != 0 and len(calls) == 2
+    assert _contents(tmp_path / "o") == before
