@@ -417,3 +417,17 @@ def test_import_vllm_swaps_in_config_and_profile_together(
     res = CliRunner().invoke(app, [*args, "--hardware", "b200"])
     assert res.exit_code != 0 and len(calls) == 2
     assert _contents(tmp_path / "o") == before
+
+
+def test_a_scrape_counter_of_hundreds_of_digits_is_one_clean_error(tmp_path: Path) -> None:
+    """Found by test_rel_readers_fuzz: float() of a 401-digit counter raised
+    OverflowError."""
+    real = Path(__file__).resolve().parents[2] / "examples" / "real" / "metrics_after.txt"
+    lines = real.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines)
+             if line.startswith("vllm:spec_decode_num_drafts_total"))
+    lines[i] = lines[i].rsplit(" ", 1)[0] + " 1" + "0" * 400
+    scrape = tmp_path / "m.txt"
+    scrape.write_text("\n".join(lines) + "\n")
+    assert_cli_error(["import-metrics", str(scrape), "--label", "model_name=synthetic/mtp3-a"],
+                     "m.txt", "vllm:spec_decode_num_drafts_total", "401 digits long")
