@@ -109,6 +109,27 @@ def finish_folder(out: Path, files: Iterable[str], run: Mapping[str, Any]) -> Pa
     return write_json(out / MANIFEST, {**run, "files": digests})
 
 
+def reseal(out: Path, written: Iterable[str | Path]) -> None:
+    """After a reader wrote files derived from a checked folder into it (``pdsim plot``'s
+    PNGs, ``pdsim report``'s page): those the manifest seals get their new digests, so a
+    figure drawn again (the same data, maybe other bytes) never leaves the folder
+    refused. Files the manifest does not seal, or outside ``out``, are left alone."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    files = dict(manifest.get("files", {}))
+    changed = False
+    for w in written:
+        p = Path(w)
+        if p.parent.resolve() == out.resolve() and p.name in files and p.is_file():
+            digest = _sha256(p)
+            changed |= files[p.name] != digest
+            files[p.name] = digest
+    if changed:
+        write_json(path, {**manifest, "files": files})
+
+
 def check_sealed(out: Path, reading: str) -> None:
     """``check_folder(out, reading)`` where ``out`` has a manifest (a compare or sweep
     folder pdsim wrote); one without is read as it is (written before manifests, or by

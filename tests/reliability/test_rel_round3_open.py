@@ -431,3 +431,31 @@ def test_a_scrape_counter_of_hundreds_of_digits_is_one_clean_error(tmp_path: Pat
     scrape.write_text("\n".join(lines) + "\n")
     assert_cli_error(["import-metrics", str(scrape), "--label", "model_name=synthetic/mtp3-a"],
                      "m.txt", "vllm:spec_decode_num_drafts_total", "401 digits long")
+
+
+def test_figures_drawn_again_into_a_sealed_folder_keep_it_readable(tmp_path: Path) -> None:
+    """pdsim plot and pdsim report write into the folder they read: a sealed figure or
+    page drawn again (other bytes, the same data) is resealed, never left refused."""
+    from pdsim.errors import InputFileError
+    from pdsim.run_folder import check_folder, reseal
+
+    cfg = write_yaml(tmp_path / "c.yaml", small(workload={"num_requests": 10}))
+    run = tmp_path / "run"
+    _cli(["run", str(cfg), "--out", str(run), "--plots"])
+    png = run / "latency_cdf.png"
+    png.write_bytes(png.read_bytes() + b"\0")  # as if matplotlib drew other bytes
+    with pytest.raises(InputFileError, match="does not match manifest"):
+        check_folder(run, "summary.json")
+    reseal(run, [png, tmp_path / "c.yaml", run / "not-sealed.png"])
+    assert check_folder(run, "summary.json")["files"]["latency_cdf.png"]
+    assert not (run / "not-sealed.png").exists()
+    (run / "summary.json").write_text("{}")  # reseal never covers what readers read
+    reseal(run, [png])
+    with pytest.raises(InputFileError, match="does not match manifest"):
+        check_folder(run, "summary.json")
+    sweep = tmp_path / "sweep"
+    _cli(["sweep", str(cfg), "--out", str(sweep), "--grid", "seed=1,2", "--report"])
+    assert "report.html" in check_folder(sweep, "sweep.csv")["files"]
+    _cli(["report", str(sweep)])
+    _cli(["plot", str(sweep)])
+    assert check_folder(sweep, "sweep.csv")
