@@ -365,6 +365,9 @@ def test_a_run_folder_that_a_compare_wrote_into_is_refused(tmp_path: Path) -> No
     _cli(["compare", str(cfg), "--out", str(out)])
     assert_cli_error(["plot", str(out)], "summary.json",
                      "is not one of the files manifest.json seals")
+    _cli(["run", str(cfg), "--out", str(out)])  # and a run into a compare folder
+    assert_cli_error(["plot", str(out)], "compare.json",
+                     "is not one of the files manifest.json seals")
 
 
 def test_a_sweep_table_is_swapped_in_whole_and_sealed(
