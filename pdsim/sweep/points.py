@@ -99,7 +99,11 @@ def apply_base_overrides(base: SimConfig, overrides: Iterable[tuple[str, Any]]) 
     for key, value in items:
         set_dotted(data, key, value)
     try:
-        return config_from_dict(data)
+        cfg = config_from_dict(data)
+        inert = inert_setting_issues(cfg, [key for key, _ in items])
+        if inert:
+            raise ConfigError("", issues=inert)
+        return cfg
     except ConfigError as exc:
         raise ConfigError("", issues=[(p, f"{m} (base overrides)") for p, m in exc.issues]) \
             from None

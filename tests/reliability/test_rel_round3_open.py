@@ -462,3 +462,17 @@ def test_figures_drawn_again_into_a_sealed_folder_keep_it_readable(tmp_path: Pat
     _cli(["report", str(sweep)])
     _cli(["plot", str(sweep)])
     assert check_folder(sweep, "sweep.csv")
+
+
+def test_a_sweep_files_base_override_of_an_unused_root_step_time_is_an_error(
+        tmp_path: Path) -> None:
+    import yaml
+
+    cfg = write_yaml(tmp_path / "c.yaml", _all_pools_own())
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"base_overrides": {"step_time.hardware": "b200"},
+                                    "grid": {"seed": [1, 2]}}))
+    assert_cli_error(["sweep", str(cfg), "--out", str(tmp_path / "o"), "--sweep-file",
+                      str(spec)], "step_time.hardware: would change nothing",
+                     "(base overrides)")
+    assert not (tmp_path / "o").exists()
