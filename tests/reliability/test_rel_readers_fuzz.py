@@ -245,8 +245,10 @@ def test_the_reader_fuzzers_reach_their_targets(tmp_path: Path, sweep_dir: Path,
                                       str(REAL / "metrics_after.txt")],
                                      {"model_name": "synthetic/mtp3-a"})
     assert stats is not None
+    # the mutation helper with an edit that changes nothing reads as the file does
     plain = tmp_path / "after.txt"
-    plain.write_text(_mutate_lines(SCRAPE, [(0, "repeat", "")])[len(SCRAPE[0]) + 1:])
+    plain.write_text(_mutate_lines(SCRAPE, [(0, "value", SCRAPE[0].rsplit(" ", 1)[1])]))
+    assert plain.read_text() == "\n".join(SCRAPE) + "\n"
     assert import_metrics_report([str(plain)], {"model_name": "synthetic/mtp3-a"})
     assert read_bench_result(REAL / "bench_result.json").completed == BENCH["completed"]
     trace = tmp_path / "t.jsonl"
