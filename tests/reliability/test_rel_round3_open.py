@@ -476,3 +476,17 @@ def test_a_sweep_files_base_override_of_an_unused_root_step_time_is_an_error(
                       str(spec)], "step_time.hardware: would change nothing",
                      "(base overrides)")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_sliding_window_beyond_any_context_imports_as_full_attention() -> None:
+    """A config.json window of 10^9 tokens (beyond pdsim's 2^24-token bound on any
+    sequence) was refused as an out-of-range window_tokens; no request can outgrow it, so
+    its layers attend every token."""
+    roles = [RoleCommand("prefill", f"vllm serve m {NIXL}"),
+             RoleCommand("decode", f"vllm serve m {NIXL}")]
+    res = import_deployment(roles, {**MISTRAL_7B, "sliding_window": 10**9})
+    assert [b.mixer.sliding_window_tokens for b in res.profile.blocks
+            if hasattr(b.mixer, "sliding_window_tokens")] == [None]
+    res = import_deployment(roles, MISTRAL_7B)
+    assert {b.mixer.sliding_window_tokens for b in res.profile.blocks
+            if hasattr(b.mixer, "sliding_window_tokens")} == {4096}
