@@ -196,22 +196,10 @@ def compare(
             f"{h['tpot_change_pct']:+.0f}% (acceptance length "
             f"{h['acceptance_length_before']:.3f} -> {h['acceptance_length_after']:.3f})")
     if out is not None:
-        from pdsim.output import write_json
+        from pdsim.writers import write_compare
 
-        write_json(out / "compare.json", cmp.to_dict())
-        console.print(f"wrote {out}/compare.json")
-        if plots:
-            from pdsim.writers import write_compare_plots
-
-            for path in write_compare_plots(cmp, out):
-                console.print(f"wrote {path}")
-        if report:
-            from pdsim.html_report import runs_report, write_report
-            from pdsim.loader import dump_config
-            from pdsim.plot_data import as_runs
-
-            page = runs_report(f"pdsim compare: {cfg.name}", as_runs(cmp), dump_config(cfg))
-            console.print(f"wrote {write_report(out, page)}")
+        for path in write_compare(cmp, cfg, out, plots=plots, report=report):
+            console.print(f"wrote {path}")
 
 
 def _check_report(report: bool, out: Path | None) -> None:

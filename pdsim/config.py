@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import model_validator
+from pydantic import ValidationInfo, ValidatorFunctionWrapHandler, field_validator, model_validator
 
 from pdsim._model import StrictModel
 from pdsim.config_cluster import (
@@ -48,8 +48,13 @@ from pdsim.config_sections import (
 from pdsim.engine_config import EngineConfig
 from pdsim.errors import ConfigError
 from pdsim.faults import FaultsConfig
-from pdsim.kv_layout import KVLayout
-from pdsim.perf.config import RooflineStepTimeConfig, SimpleStepTimeConfig, StepTimeConfig
+from pdsim.kv_layout import KVLayout, block_bytes_per_token
+from pdsim.perf.config import (
+    CHECK_WEIGHTS_FIT,
+    RooflineStepTimeConfig,
+    SimpleStepTimeConfig,
+    StepTimeConfig,
+)
 from pdsim.policies import ROUTERS
 from pdsim.topology_config import transfer_issues
 from pdsim.workload.config import WorkloadConfig
@@ -215,18 +220,17 @@ class SimConfig(StrictModel):
         block-equivalents."""
         model = self.model_of(group)
         groups = model.layer_groups
-        full = self.kv_bytes_per_token_of(group) - sum(
-            g.num_layers * g.kv_bytes_per_token_per_layer
-            for g in groups if g.kind == "sliding_window")
-        block_bytes = max(1, block_size * max(1, full))
         extra = self.extra_retained_tokens
         sliding = tuple(
             (int(g.window_tokens or 0) + extra, g.num_layers * g.kv_bytes_per_token_per_layer)
             for g in groups if g.kind == "sliding_window")
+        sliding_bytes = sum(bpt for _, bpt in sliding)
+        full = self.kv_bytes_per_token_of(group) - sliding_bytes
+        block_bytes = block_size * int(block_bytes_per_token(full, sliding_bytes))
         fixed = (math.ceil(model.mamba_state_bytes / block_bytes)
                  if model.has_mamba else 0)
         return KVLayout(block_size=block_size, block_bytes=block_bytes, sliding=sliding,
-                        fixed_blocks=fixed)
+                        fixed_blocks=fixed, full=full > 0 or not sliding)
 
     @property
     def stale_kv_provenance(self) -> str:
@@ -270,6 +274,9 @@ class SimConfig(StrictModel):
         """What ``show-config`` warns about: fits borrowed from another model or GPU, and
         settings this mode ignores."""
         out = list(self.foreign_fit_warnings)
+        if not self.root_step_time_users and self.step_time != SimpleStepTimeConfig():
+            out.append("step_time: every pool has its own step time, so the root step_time "
+                       "is used by none")
         if self.cluster.mode == "colocated" and self.connector.topology is not None:
             out.append("connector.topology: a colocated cluster moves no KV between "
                        "instances, so the topology is not used")
@@ -312,11 +319,34 @@ class SimConfig(StrictModel):
         ``kv_cache_gib``, or derived from the hardware's memory (its roofline step time).
         Raises ``ConfigError`` naming the pool's path."""
         pool = self.pool(of)
+        layout = self.kv_layout(pool.group.scheduler.block_size, pool.group)
         return pool_num_blocks(pool, self.step_time_of(pool.group),
-                               self.kv_bytes_per_token_of(pool.group),
+                               layout.block_bytes // layout.block_size,
                                self._kv_drafter_modules, self.model.has_mamba)
 
+    @property
+    def root_step_time_users(self) -> list[str]:
+        """Paths of the pools that run on the root ``step_time`` (no step time of their
+        own); empty when every pool has its own, and the root is used by none."""
+        return [p.path for p in self.cluster.pools() if p.group.step_time is None]
+
     # -------------------------------------------------------------- validation
+
+    @field_validator("step_time", mode="wrap")
+    @classmethod
+    def _root_step_time(cls, value: object, handler: ValidatorFunctionWrapHandler,
+                        info: ValidationInfo) -> StepTimeConfig:
+        """A root step time that no pool runs on is checked for what it says, not for
+        whether its weights fit a GPU (they never load)."""
+        cluster = info.data.get("cluster")
+        if not isinstance(cluster, ClusterConfig) or any(
+                p.group.step_time is None for p in cluster.pools()):
+            return handler(value)  # type: ignore[no-any-return]
+        token = CHECK_WEIGHTS_FIT.set(False)
+        try:
+            return handler(value)  # type: ignore[no-any-return]
+        finally:
+            CHECK_WEIGHTS_FIT.reset(token)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> SimConfig:

@@ -424,15 +424,17 @@ def report_dir_html(result_dir: str | Path, config_text: str | None = None) -> s
         raise InputFileError(str(d), None, "no such result directory" if not d.exists()
                              else "not a directory")
     config_text = _config_text(d) or config_text
+    from pdsim.run_folder import check_folder, check_sealed
+
     if is_sweep_dir(d):
+        check_sealed(d, "sweep.csv")
         return sweep_report(f"pdsim sweep: {d.name}", read_sweep_dir(d), config_text)
     if (d / "summary.json").is_file():
-        from pdsim.run_folder import check_folder
-
-        check_folder(d)  # one finished run, as plot reads it
+        check_folder(d, "summary.json")  # one finished run, as plot reads it
         run = read_run_dir(d)
         return runs_report(f"pdsim run: {run.name}", {run.name: run}, config_text)
     if (d / "compare.json").is_file():
+        check_sealed(d, "compare.json")
         return runs_report(f"pdsim compare: {d.name}", read_compare_json(d / "compare.json"),
                            config_text)
     raise PdsimError(f"{d}: not a pdsim result directory: expected summary.json "

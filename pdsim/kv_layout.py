@@ -11,26 +11,40 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def block_bytes_per_token(full_bytes_per_token: float,
+                          sliding_bytes_per_token: float) -> float:
+    """Bytes per token of the KV pool's block, the one rule pool sizing and ``KVLayout``
+    share: the full-attention layers' and drafter modules' KV; when a model has none (every
+    layer slides), its sliding-window layers' KV, so a block is ``block_size`` tokens of
+    what the model does store (at least 1 byte)."""
+    if full_bytes_per_token > 0 or sliding_bytes_per_token <= 0:
+        return max(1, full_bytes_per_token)
+    return sliding_bytes_per_token
+
+
 @dataclass(frozen=True)
 class KVLayout:
     """How many blocks a request of n tokens needs, and how many bytes a transfer moves.
 
-    The pool's block is ``block_size`` tokens of the full-attention layers plus the
-    drafter modules' KV. Sliding-window layers keep only ``window + extra_retained_tokens``
-    tokens (``extra_retained_tokens = max(0, lookahead - 1)``, vLLM's retention for the
-    drafter's re-prefill targets) and Mamba layers a fixed state; both are charged to the
-    pool in block-equivalents of the same bytes.
+    The pool's block is ``block_size`` tokens of ``block_bytes_per_token`` (the rule the
+    pool's sizing and this layout share). Sliding-window layers keep only
+    ``window + extra_retained_tokens`` tokens (``extra_retained_tokens = max(0, lookahead -
+    1)``, vLLM's retention for the drafter's re-prefill targets) and Mamba layers a fixed
+    state; both are charged to the pool in block-equivalents of the same bytes. A model
+    whose every layer slides (Mistral-7B-v0.1) has no full-attention blocks (``full``
+    false): its requests hold only their windows' blocks.
     """
 
     block_size: int
     block_bytes: int
     sliding: tuple[tuple[int, int], ...]  # (retained tokens, bytes per token) per group
     fixed_blocks: int  # Mamba state, in block-equivalents
+    full: bool = True  # full-attention (or drafter) KV grows with every token
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks a request with ``tokens`` tokens of KV holds."""
         bs = self.block_size
-        n = -(-tokens // bs) + self.fixed_blocks
+        n = (-(-tokens // bs) if self.full else 0) + self.fixed_blocks
         for retained, bpt in self.sliding:
             kept = -(-min(tokens, retained) // bs) * bs
             n += -(-(kept * bpt) // self.block_bytes)
@@ -51,7 +65,7 @@ class KVLayout:
             return n
         if plus:
             tokens = tokens + plus
-        n = -(-tokens // bs) + self.fixed_blocks
+        n = (-(-tokens // bs) if self.full else np.zeros_like(tokens)) + self.fixed_blocks
         for retained, bpt in self.sliding:
             kept = -(-np.minimum(tokens, retained) // bs) * bs
             n = n + (-(-(kept * bpt) // self.block_bytes))

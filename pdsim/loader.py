@@ -379,12 +379,39 @@ def load_config(source: str | Path | Mapping[str, Any],
         data = dict(source)
     else:
         data = read_yaml(source)
+    overrides = list(overrides)
     data = apply_overrides(data, overrides)
     if not isinstance(source, Mapping):
         data = resolve_profile_files(data, Path(source).parent)
     if seed is not None:
         data["seed"] = seed
-    return config_from_dict(data)
+    cfg = config_from_dict(data)
+    inert = inert_setting_issues(cfg, [".".join(parse_override(t)[0]) for t in overrides])
+    if inert:
+        raise ConfigError("", issues=inert)
+    return cfg
+
+
+def inert_setting_issues(cfg: SimConfig, keys: Iterable[str]) -> list[tuple[str, str]]:
+    """Problems with dotted ``keys`` the user set (``--set``, a sweep's axes) that ``cfg``
+    makes inert: a root ``step_time.*`` when every pool has its own step time."""
+    issues = []
+    if not cfg.root_step_time_users:
+        pools = cfg.cluster.pools()
+        own = [f"{p.path}.step_time" for p in pools]
+        # the model section's KV is derived at the root's KV dtype, which a pool with a
+        # step time other than the roofline stores as written
+        kv_dtype_used = any(getattr(p.group.step_time, "kind", None) != "roofline"
+                            for p in pools)
+        for key in dict.fromkeys(keys):
+            if key == "step_time.kv_cache_dtype" and kv_dtype_used:
+                continue
+            if key == "step_time" or key.startswith("step_time."):
+                issues.append((key, "would change nothing: every pool has its own step time "
+                                    f"({', '.join(own)}), which overrides the root "
+                                    f"step_time; set it there (e.g. {own[0]}"
+                                    f"{key.removeprefix('step_time')})"))
+    return issues
 
 
 def dump_config(cfg: SimConfig) -> str:

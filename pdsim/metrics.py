@@ -376,6 +376,40 @@ def _step_weighted_mean(steps: StepColumns, name: str, horizon_s: float,
     return _pairwise_sum(held, len(steps)) / horizon_s
 
 
+def record_values(records: Sequence[Mapping[str, Any]], key: str) -> list[Any]:
+    """Column ``key`` of ``records`` as a list: a column store's own column when it has
+    one (``RecordTable.column``: no row dicts built), else each record's value."""
+    column = getattr(records, "column", None)
+    if column is not None:
+        values = column(key)
+        return values.tolist() if hasattr(values, "tolist") else list(values)
+    return [r.get(key) for r in records]
+
+
+def record_floats(records: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
+    """Column ``key`` as float64, None as NaN."""
+    return np.asarray([np.nan if v is None else v for v in record_values(records, key)],
+                      dtype=np.float64)
+
+
+def prefill_slot_intervals_by_instance(records: Sequence[Mapping[str, Any]]
+                                       ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``prefill_slot_intervals`` of every prefill instance, in one pass over the records
+    (one call per instance would scan them once per instance)."""
+    names = record_values(records, "prefill_instance")
+    start, end = record_floats(records, "p_start_s"), record_floats(records, "p_end_s")
+    rows: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        if name is not None:
+            rows.setdefault(name, []).append(i)
+    out = {}
+    for name, idx in rows.items():
+        s, e = start[idx], end[idx]
+        keep = np.isfinite(s) & np.isfinite(e)
+        out[name] = (s[keep], e[keep])
+    return out
+
+
 def prefill_slot_intervals(records: Sequence[Mapping[str, Any]], instance: str
                            ) -> tuple[np.ndarray, np.ndarray]:
     """``[p_start_s, p_end_s)`` of every request prefilled on ``instance``: the time each
@@ -383,13 +417,8 @@ def prefill_slot_intervals(records: Sequence[Mapping[str, Any]], instance: str
     (summary, timeseries.csv, plots, report): P's step log counts its batch at step ends,
     after the step's finished prefills have left it, so it reads near 0 however busy P
     is. A request whose prefill has not ended (an interrupted run) is not counted."""
-    mine = [r for r in records if r.get("prefill_instance") == instance]
-    start = np.asarray([np.nan if r["p_start_s"] is None else r["p_start_s"] for r in mine],
-                       dtype=np.float64)
-    end = np.asarray([np.nan if r["p_end_s"] is None else r["p_end_s"] for r in mine],
-                     dtype=np.float64)
-    keep = np.isfinite(start) & np.isfinite(end)
-    return start[keep], end[keep]
+    empty = np.zeros(0, dtype=np.float64)
+    return prefill_slot_intervals_by_instance(records).get(instance, (empty, empty))
 
 
 def _instances(instances: list[InstanceFacts], records: Sequence[Mapping[str, Any]] = ()
@@ -400,13 +429,16 @@ def _instances(instances: list[InstanceFacts], records: Sequence[Mapping[str, An
     horizon = max((float(f.step_end_s[-1]) for f in instances if len(f.step_end_s)),
                   default=0.0)
     per_inst = {}
+    empty = np.zeros(0, dtype=np.float64)
+    slots = (prefill_slot_intervals_by_instance(records)
+             if any(f.role == "prefill" for f in instances) else {})
     for f in instances:
         steps = f.steps
         kv = running = 0.0
         if len(steps) and horizon > 0:
             kv = _step_weighted_mean(steps, "kv_used_blocks", horizon, f.num_blocks)
             if f.role == "prefill":
-                start, end = prefill_slot_intervals(records, f.name)
+                start, end = slots.get(f.name, (empty, empty))
                 held = np.clip(end, 0.0, horizon) - np.clip(start, 0.0, horizon)
                 running = float(held.sum()) / horizon
             else:

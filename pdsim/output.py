@@ -21,14 +21,20 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
 
     A reader (or a crash) never sees a half-written file.
     """
+    return write_atomic_chunks(path, [data])
+
+
+def write_atomic_chunks(path: str | Path, chunks: Iterable[str | bytes]) -> Path:
+    """``write_atomic`` of the concatenated ``chunks``, written as they come (a writer's
+    memory is one chunk, not the whole file)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    payload = data if isinstance(data, bytes) else data.encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         os.chmod(tmp, 0o644)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
+            for chunk in chunks:
+                fh.write(chunk if isinstance(chunk, bytes) else chunk.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)

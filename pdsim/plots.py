@@ -41,7 +41,7 @@ from pdsim.plot_style import note as _note
 from pdsim.plot_style import plain_text
 from pdsim.plot_style import style_series as _style_series
 from pdsim.plot_style import title as _title
-from pdsim.run_folder import check_folder
+from pdsim.run_folder import check_folder, check_sealed, reseal
 from pdsim.sweep_figures import is_sweep_dir, write_sweep_plots
 from pdsim.timeseries import bin_edges, output_tokens_integral, throughput_bins
 
@@ -424,7 +424,10 @@ def plot_result_dir(result_dir: str | Path, out: str | Path | None = None) -> li
     if not d.is_dir():
         raise InputFileError(str(d), None, "not a directory")
     if is_sweep_dir(d):
-        return write_sweep_plots(d, out)
+        check_sealed(d, "sweep.csv")
+        written = write_sweep_plots(d, out)
+        reseal(d, written)
+        return written
     has_run, has_cmp = (d / "summary.json").is_file(), (d / "compare.json").is_file()
     if not (has_run or has_cmp):
         raise PdsimError(f"{d}: not a pdsim result directory: expected summary.json "
@@ -433,8 +436,10 @@ def plot_result_dir(result_dir: str | Path, out: str | Path | None = None) -> li
     target = Path(out) if out is not None else d
     files = []
     if has_run:
-        check_folder(d)
+        check_folder(d, "summary.json")
         files += write_run_figures(read_run_dir(d), target)
     if has_cmp:
+        check_sealed(d, "compare.json")
         files += write_comparison_figures(read_compare_json(d / "compare.json"), target)
+    reseal(d, files)  # figures the run or comparison sealed, drawn again from its files
     return files

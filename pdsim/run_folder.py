@@ -74,17 +74,20 @@ STAGE_PREFIX = ".pdsim-new-"
 
 
 @contextlib.contextmanager
-def staged_folder(out: Path) -> Iterator[Path]:
+def staged_folder(out: Path, sealed: bool = True) -> Iterator[Path]:
     """A hidden folder inside ``out`` to write a new result into; when the block ends
     without an error its files (the manifest last) replace ``out``'s, and it is removed
     either way. So a run that fails or is killed while writing (a plot matplotlib cannot
     draw, a full disk) leaves ``out``'s previous result as it was: write beside, then
-    swap."""
+    swap. ``sealed``: the files are a manifest's result (``out``'s manifest is removed
+    before the swap); false for files no manifest seals (an imported config), which
+    leave a result sharing the folder sealed."""
     stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=out))
     try:
         yield stage
         names = sorted(p.name for p in stage.iterdir() if p.name != MANIFEST)
-        begin_folder(out)  # the renames are the only moment the folder is mixed
+        if sealed:
+            begin_folder(out)  # the renames are the only moment the folder is mixed
         for name in names:
             os.replace(stage / name, out / name)
         if (stage / MANIFEST).exists():
@@ -106,9 +109,40 @@ def finish_folder(out: Path, files: Iterable[str], run: Mapping[str, Any]) -> Pa
     return write_json(out / MANIFEST, {**run, "files": digests})
 
 
-def check_folder(out: Path) -> dict[str, Any]:
+def reseal(out: Path, written: Iterable[str | Path]) -> None:
+    """After a reader wrote files derived from a checked folder into it (``pdsim plot``'s
+    PNGs, ``pdsim report``'s page): those the manifest seals get their new digests, so a
+    figure drawn again (the same data, maybe other bytes) never leaves the folder
+    refused. Files the manifest does not seal, or outside ``out``, are left alone."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    files = dict(manifest.get("files", {}))
+    changed = False
+    for w in written:
+        p = Path(w)
+        if p.parent.resolve() == out.resolve() and p.name in files and p.is_file():
+            digest = _sha256(p)
+            changed |= files[p.name] != digest
+            files[p.name] = digest
+    if changed:
+        write_json(path, {**manifest, "files": files})
+
+
+def check_sealed(out: Path, reading: str) -> None:
+    """``check_folder(out, reading)`` where ``out`` has a manifest (a compare or sweep
+    folder pdsim wrote); one without is read as it is (written before manifests, or by
+    hand)."""
+    if (out / MANIFEST).is_file():
+        check_folder(out, reading)
+
+
+def check_folder(out: Path, reading: str | None = None) -> dict[str, Any]:
     """The manifest of a result folder whose files all match it; ``InputFileError``
-    when the folder was left incomplete or a file was since replaced by another run."""
+    when the folder was left incomplete, a file was since replaced by another run, or the
+    file the caller is ``reading`` is not one the manifest seals (another command's
+    leftover in the same folder)."""
     path = out / MANIFEST
     if not path.is_file():
         raise InputFileError(str(out), None, f"no {MANIFEST}: the run writing this folder "
@@ -123,6 +157,11 @@ def check_folder(out: Path) -> dict[str, Any]:
         if not f.is_file() or _sha256(f) != digest:
             raise InputFileError(str(f), None, f"does not match {MANIFEST} (missing or written "
                                  "by another run); rerun into an empty folder")
+    if reading is not None and reading not in files:
+        raise InputFileError(str(out / reading), None, f"is not one of the files {MANIFEST} "
+                             f"seals ({', '.join(sorted(map(str, files))) or 'none'}): "
+                             "another command's result shares the folder; rerun into an "
+                             "empty folder")
     _check_one_run(out, manifest, files)
     return dict(manifest)
 

@@ -283,7 +283,6 @@ class Simulation:
         network = self.network
         nbytes = p.layout.transfer_bytes(req.remote_tokens)
         req.transfer_start_s = self.env.now
-        req.kv_bytes = nbytes
         tid = next(self._tids)
 
         def begin(_e: object) -> None:
@@ -315,6 +314,7 @@ class Simulation:
             if req.kv_params is not None:
                 req.kv_params.remote_block_ids = ()  # read: P frees them now
             req.transfer_end_s = now
+            req.kv_bytes = nbytes  # counted when landed: a failed transfer moved none here
             p.release_pinned(req)  # D notifies P, which frees the blocks
             d.kv_landed(req)
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,8 +50,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pdsim.errors import InputFileError
-from pdsim.metrics import prefill_slot_intervals
-from pdsim.output import write_atomic
+from pdsim.metrics import (
+    prefill_slot_intervals_by_instance,
+    record_floats,
+    record_values,
+)
+from pdsim.output import write_atomic_chunks
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -295,27 +299,37 @@ def timeseries(res: Results, bin_s: float | None = None,
     ``instance_series``. Tracks come in instance order, then links, then ``cluster``.
     """
     edges = bin_edges(horizon_s(res), bin_s, max_bins)
-    tracks: dict[str, Track] = {}
+    return TimeSeries(edges, {t.name: t for t in iter_tracks(res, edges, idle)})
+
+
+def iter_tracks(res: Results, edges: np.ndarray, idle: str = "zero") -> Iterator[Track]:
+    """The tracks of ``timeseries`` over bins ``edges``, made one at a time (a writer holds
+    one track's arrays, not every instance's)."""
+    slots = prefill_slot_intervals_by_instance(res.records)
     for f in res.instances:
-        tracks[f.name] = Track(f.name, f.role, {
-            k: s.bin_means(edges) for k, s in _instance_series(res, f, idle).items()})
+        track = Track(f.name, f.role, {
+            k: s.bin_means(edges) for k, s in _instance_series(f, idle, slots).items()})
         if f.role == "prefill":  # the name earlier versions wrote P's running under
-            tracks[f.name].values["prefilling"] = tracks[f.name].values["running"].copy()
+            track.values["prefilling"] = track.values["running"].copy()
+        yield track
     for name, samples in res.links.items():
-        tracks[name] = Track(name, "link", {
+        yield Track(name, "link", {
             k: s.bin_means(edges) for k, s in link_series(samples).items()})
-    tracks[CLUSTER_TRACK] = Track(CLUSTER_TRACK, "cluster", {
+    yield Track(CLUSTER_TRACK, "cluster", {
         "output_tok_s": _throughput_bins(res.records, edges),
         "in_system": in_system_series(res.records, float(edges[-1])).bin_means(edges)})
-    return TimeSeries(edges, tracks)
 
 
-def _instance_series(res: Results, f: InstanceFacts, idle: str) -> dict[str, StepSeries]:
+def _instance_series(f: InstanceFacts, idle: str,
+                     slots: Mapping[str, tuple[np.ndarray, np.ndarray]]
+                     ) -> dict[str, StepSeries]:
     """``instance_series``, with ``running`` on a prefill instance counted as the summary
-    counts it: requests holding a prefill slot (``prefill_slot_intervals``)."""
+    counts it: requests holding a prefill slot (``slots``, from
+    ``prefill_slot_intervals_by_instance``)."""
     out = instance_series(f, idle)
     if f.role == "prefill":
-        out["running"] = _prefilling(res.records, f.name)
+        empty = np.zeros(0, dtype=np.float64)
+        out["running"] = count_series(*slots.get(f.name, (empty, empty)))
     return out
 
 
@@ -327,31 +341,20 @@ def count_series(starts_s: np.ndarray, ends_s: np.ndarray) -> StepSeries:
     return StepSeries(times[order], np.cumsum(delta[order]))
 
 
-def _column(records: Iterable[Mapping[str, Any]], key: str) -> np.ndarray:
-    return np.asarray([np.nan if r[key] is None else r[key] for r in records],
-                      dtype=np.float64)
-
-
 def in_system_series(records: Sequence[Mapping[str, Any]], end_s: float) -> StepSeries:
     """Requests in the system over time (see the module docstring)."""
-    arrival, finish = _column(records, "arrival_s"), _column(records, "finish_s")
-    status = np.asarray([r["status"] for r in records], dtype=object)
+    arrival, finish = record_floats(records, "arrival_s"), record_floats(records, "finish_s")
+    status = np.asarray(record_values(records, "status"), dtype=object)
     gone = (status == "failed") | (status == "rejected")
     finish = np.where(np.isfinite(finish), finish, end_s)
     keep = np.isfinite(arrival) & ~gone
     return count_series(arrival[keep], np.maximum(finish[keep], arrival[keep]))
 
 
-def _prefilling(records: Sequence[Mapping[str, Any]], instance: str) -> StepSeries:
-    return count_series(*prefill_slot_intervals(records, instance))
-
-
-def _throughput_bins(records: Iterable[Mapping[str, Any]], edges: np.ndarray) -> np.ndarray:
-    cols = {k: np.asarray([r[k] if r[k] is not None else np.nan for r in records],
-                          dtype=np.float64)
-            for k in ("first_token_s", "finish_s", "output_tokens")}
-    return throughput_bins(cols["first_token_s"], cols["finish_s"], cols["output_tokens"],
-                           edges)
+def _throughput_bins(records: Sequence[Mapping[str, Any]], edges: np.ndarray) -> np.ndarray:
+    return throughput_bins(record_floats(records, "first_token_s"),
+                           record_floats(records, "finish_s"),
+                           record_floats(records, "output_tokens"), edges)
 
 
 def throughput_bins(first_token_s: np.ndarray, finish_s: np.ndarray,
@@ -371,27 +374,48 @@ def time_weighted_means(res: Results, idle: str = "zero") -> dict[str, dict[str,
     (``idle`` as in ``instance_series``)."""
     h = horizon_s(res)
     out: dict[str, dict[str, float]] = {}
+    slots = prefill_slot_intervals_by_instance(res.records)
     for f in res.instances:
-        out[f.name] = {k: s.mean(0.0, h) for k, s in _instance_series(res, f, idle).items()}
+        out[f.name] = {k: s.mean(0.0, h) for k, s in _instance_series(f, idle, slots).items()}
     for name, samples in res.links.items():
         out[name] = {k: s.mean(0.0, h) for k, s in link_series(samples).items()}
     return out
 
 
-def timeseries_csv(ts: TimeSeries) -> str:
-    """CSV text of ``ts.rows()``; a metric that does not apply to a track is empty."""
+def timeseries_csv_chunks(edges_s: np.ndarray, tracks: Iterable[Track]) -> Iterator[str]:
+    """CSV text of the rows of ``tracks`` over bins ``edges_s`` (as ``TimeSeries.rows``),
+    one chunk per track, so a writer holds one track's text at a time however many
+    instances the run had; a metric that does not apply to a track is empty."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(TIMESERIES_FIELDS)
-    for row in ts.rows():
-        w.writerow(["" if (v := row[c]) is None else (repr(v) if isinstance(v, float) else v)
-                    for c in TIMESERIES_FIELDS])
-    return buf.getvalue()
+    start, end = edges_s[:-1].tolist(), edges_s[1:].tolist()
+    metrics = TIMESERIES_FIELDS[4:]
+    for track in tracks:
+        cols = [track.values[m].tolist() if m in track.values else None for m in metrics]
+        for k in range(len(start)):
+            w.writerow([start[k], end[k], track.name, track.kind, *(
+                "" if c is None else _cell(c[k]) for c in cols)])
+        yield buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+    yield buf.getvalue()
+
+
+def _cell(v: Any) -> Any:
+    return repr(v) if isinstance(v, float) else v
+
+
+def timeseries_csv(ts: TimeSeries) -> str:
+    """CSV text of ``ts.rows()``."""
+    return "".join(timeseries_csv_chunks(ts.edges_s, ts.tracks.values()))
 
 
 def write_timeseries(res: Results, path: str | Path, bin_s: float | None = None) -> Path:
-    """Write ``timeseries.csv`` (atomically)."""
-    return write_atomic(path, timeseries_csv(timeseries(res, bin_s)))
+    """Write ``timeseries.csv`` (atomically), each track made and written in turn: the
+    writer's memory is one track's, whatever the number of instances."""
+    edges = bin_edges(horizon_s(res), bin_s)
+    return write_atomic_chunks(path, timeseries_csv_chunks(edges, iter_tracks(res, edges)))
 
 
 def read_timeseries(path: str | Path) -> TimeSeries:

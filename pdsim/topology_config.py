@@ -9,11 +9,13 @@ docs/topology.md.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import Field
 
 from pdsim._model import MAX_INSTANCES, MIN_BANDWIDTH_GB_PER_S, StrictModel, at_least
+from pdsim.errors import ConfigError
 
 _BW_WHY = "1 KB/s; slower links make transfers outlast any run"
 Bandwidth = Annotated[float, Field(gt=0), at_least(MIN_BANDWIDTH_GB_PER_S, _BW_WHY)]
@@ -74,6 +76,75 @@ class TopologyConfig(StrictModel):
         """The per-flow cap in bytes/s (inf when null)."""
         cap = self.per_flow_cap_gb_per_s
         return float("inf") if cap is None else cap * 1e9
+
+
+def tensor_parallel_size(cfg: Any, group: Any) -> int:
+    """TP ranks of one instance of ``group`` (1 unless its step time is the roofline)."""
+    st = cfg.step_time_of(group)
+    return int(st.tensor_parallel_size) if getattr(st, "kind", None) == "roofline" else 1
+
+
+def instance_gpus(cfg: Any, topo: TopologyConfig, group: Any) -> int:
+    """GPUs one instance of ``group`` occupies: ``topo.gpus_per_instance``, else the
+    roofline's ``max(tensor_parallel_size, expert_parallel_size)``, else 1."""
+    if topo.gpus_per_instance is not None:
+        return topo.gpus_per_instance
+    st = cfg.step_time_of(group)
+    if getattr(st, "kind", None) == "roofline":
+        return max(int(st.tensor_parallel_size), int(st.expert_parallel_size))
+    return 1
+
+
+def place(topo: TopologyConfig, instances: Sequence[tuple[str, int]]
+          ) -> tuple[dict[str, int], int]:
+    """Where ``instances`` (name, GPUs; every P, then every D) sit: the first global GPU of
+    each (node ``gpu // gpus_per_node``), and the nodes they occupy. Packed in order (an
+    instance that does not fit in what is left of a node starts the next one) or by
+    ``topo.placement``. Raises ``ConfigError`` for a node given more GPUs than it has."""
+    placement, per_node = topo.placement, topo.gpus_per_node
+    first: dict[str, int] = {}
+    used: dict[int, int] = {}
+    nxt = 0  # the next free global GPU when packing
+    for name, g in instances:
+        if placement is None:
+            if nxt % per_node + g > per_node:
+                nxt += -nxt % per_node  # does not fit what is left: next node
+            first[name] = nxt
+            nxt += g
+        else:
+            node = placement[name]
+            first[name] = node * per_node + used.get(node, 0)
+            used[node] = used.get(node, 0) + g
+            if used[node] > per_node:
+                raise ConfigError(f"connector.topology.placement.{name}",
+                                  f"node {node} has {per_node} GPUs; the instances placed "
+                                  f"on it need {used[node]}")
+    last = max((first[n] + g for n, g in instances), default=0)
+    return first, -(-last // per_node)
+
+
+def _placement_issues(cfg: Any, topo: TopologyConfig) -> tuple[list[tuple[str, str]], int]:
+    """Problems with where the P and D instances sit, and the nodes they occupy (0 when
+    they cannot be placed)."""
+    issues = []
+    instances: list[tuple[str, int]] = []
+    for pool in cfg.cluster.pools():
+        if pool.role.value == "colocated":
+            continue
+        g = instance_gpus(cfg, topo, pool.group)
+        tp = tensor_parallel_size(cfg, pool.group)
+        if g < tp:  # its TP ranks would read and write other instances' GPUs
+            issues.append(("connector.topology.gpus_per_instance",
+                           f"{g} GPU(s) per instance cannot hold {pool.path}'s "
+                           f"tensor_parallel_size {tp} (a GPU per TP rank); give at least "
+                           f"{tp}, or null to take each pool's from its step time"))
+        instances.extend((name, g) for name in pool.instance_names)
+    if issues:
+        return issues, 0
+    try:
+        return [], place(topo, instances)[1]
+    except ConfigError as exc:
+        return list(exc.issues), 0
 
 
 def transfer_issues(cfg: Any) -> list[tuple[str, str]]:
@@ -138,7 +209,20 @@ def transfer_issues(cfg: Any) -> list[tuple[str, str]]:
             shown = ", ".join(missing[:8]) + (", ..." if len(missing) > 8 else "")
             issues.append(("connector.topology.placement",
                            f"places every instance or none; missing {shown}"))
+    if topo is not None and not colocated and not any(
+            p.startswith("connector.topology.placement") for p, _ in issues):
+        placed, num_nodes = _placement_issues(cfg, topo)
+        named = {p for p, _ in issues}  # a name already refused is not refused twice
+        issues.extend(placed)
+        for i, deg in enumerate(cfg.faults.link_degradations):
+            m = NIC_NAME.fullmatch(deg.link or "")
+            if (num_nodes and m is not None and int(m.group(1)) >= num_nodes
+                    and f"faults.link_degradations.{i}.link" not in named):
+                issues.append((f"faults.link_degradations.{i}.link",
+                               f"no {deg.link!r}: the instances occupy {num_nodes} "
+                               f"node(s), node0..node{num_nodes - 1}"))
     return issues
 
 
-__all__ = ["NIC_NAME", "PAIR_LINK_NAME", "TopologyConfig", "transfer_issues"]
+__all__ = ["NIC_NAME", "PAIR_LINK_NAME", "TopologyConfig", "instance_gpus", "place",
+           "tensor_parallel_size", "transfer_issues"]

@@ -26,6 +26,7 @@ from pdsim.timeseries import write_timeseries
 
 if TYPE_CHECKING:
     from pdsim.compare import Comparison
+    from pdsim.config import SimConfig
 
 
 def summary_document(res: Results) -> dict[str, object]:
@@ -70,6 +71,31 @@ def write_run(res: Results, out: Path, plots: bool = False, timeline: bool = Fal
             "pdsim_version": __version__, "name": res.config.name, "seed": res.config.seed,
             "config_sha256": hashlib.sha256(config_text.encode("utf-8")).hexdigest(),
             "partial": res.partial})
+
+
+def write_compare(cmp: Comparison, cfg: SimConfig, out: Path, plots: bool = False,
+                  report: bool = False) -> list[Path]:
+    """Write a comparison's ``compare.json`` (and its plots and ``report.html``) to
+    ``out`` as a unit, as ``write_run`` writes a run: beside the previous result, swapped
+    in once all are complete and sealed by a manifest naming the compared config."""
+    prepare_out_dir(out)
+    config_text = dump_config(cfg)
+    with staged_folder(out) as stage:
+        written = [write_json(stage / "compare.json", cmp.to_dict())]
+        if plots:
+            written += write_compare_plots(cmp, stage)
+        if report:
+            from pdsim.html_report import runs_report, write_report
+            from pdsim.plot_data import as_runs
+
+            written.append(write_report(stage, runs_report(
+                f"pdsim compare: {cfg.name}", as_runs(cmp), config_text)))
+        names = [p.name for p in written]
+        finish_folder(stage, names, {
+            "pdsim_version": __version__, "kind": "compare", "name": cfg.name,
+            "seed": cfg.seed,
+            "config_sha256": hashlib.sha256(config_text.encode("utf-8")).hexdigest()})
+    return [out / name for name in names]
 
 
 def write_compare_plots(cmp: Comparison, out: Path) -> list[Path]:

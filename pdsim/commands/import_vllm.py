@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
         from pdsim.importers.hf_config import read_hf_config
         from pdsim.importers.render import result_yaml
         from pdsim.output import write_atomic
-        from pdsim.run_folder import prepare_out_dir, refuse_inputs
+        from pdsim.run_folder import prepare_out_dir, refuse_inputs, staged_folder
 
         options = {"prefill": (prefill, prefill_count), "decode": (decode, decode_count),
                    "colocated": (colocated, colocated_count)}
@@ -141,8 +141,10 @@ def register(app: typer.Typer) -> None:
         refuse_inputs([out / result.profile_file, out / "config.yaml"],
                       [deployment, hf_config])
         prepare_out_dir(out)
-        write_atomic(out / result.profile_file, profile_text)
-        write_atomic(out / "config.yaml", config_text)
+        # the config names the profile: both written beside, then swapped in together
+        with staged_folder(out, sealed=False) as stage:
+            write_atomic(stage / result.profile_file, profile_text)
+            write_atomic(stage / "config.yaml", config_text)
         for title, items in (("assumed", result.assumed), ("ignored", result.ignored)):
             if items:
                 err_console.print(f"{title}:", markup=False, highlight=False)

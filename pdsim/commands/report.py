@@ -22,6 +22,8 @@ def register(app: typer.Typer) -> None:
         resolved config, as interactive plotly charts that work offline (needs
         pip install 'pdsim[report]')."""
         from pdsim.html_report import report_dir_html, write_report
+        from pdsim.run_folder import reseal
 
         path = write_report(result_dir, report_dir_html(result_dir))
+        reseal(result_dir, [path])  # a page --report sealed, written again
         console.print(f"wrote {path}", markup=False, highlight=False)

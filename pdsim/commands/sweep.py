@@ -143,10 +143,13 @@ def register(app: typer.Typer) -> None:
         spec = load_sweep_file(sweep_file) if sweep_file is not None else SweepSpec()
         for axis in grid or []:
             spec.grid.append(parse_grid(axis))
-        base = load_config(config)
-        base = apply_base_overrides(base, spec.base_overrides)
-        if set_ or seed is not None:
-            base = load_config(base.model_dump(mode="json"), set_ or [], seed=seed)
+        # the file as `pdsim run --set` reads it (a file valid only after --set loads), then
+        # the sweep file's base overrides, then --set again so that it wins over them
+        base = load_config(config, set_ or [], seed=seed)
+        if spec.base_overrides:
+            base = apply_base_overrides(base, spec.base_overrides)
+            if set_:
+                base = load_config(base.model_dump(mode="json"), set_)
         from pdsim.run_folder import prepare_out_dir
 
         run = SweepRun(base, spec.expand())  # every point validated, nothing written yet
@@ -165,11 +168,18 @@ def register(app: typer.Typer) -> None:
                               f"are kept in {out}/points; rerun the same command to finish")
             raise typer.Exit(interrupt_exit_code(exc)) from None
         if report:
-            from pdsim.html_report import report_dir_html, write_report
+            from pdsim.html_report import REPORT_FILE, report_dir_html, write_report
             from pdsim.loader import dump_config
+            from pdsim.run_folder import check_folder, finish_folder, staged_folder
 
-            page = write_report(out, report_dir_html(out, config_text=dump_config(base)))
-            err_console.print(f"wrote {page}", markup=False, highlight=False)
+            html = report_dir_html(out, config_text=dump_config(base))
+            sealed = check_folder(out, "sweep.csv")  # the table just written
+            with staged_folder(out) as stage:
+                write_report(stage, html)
+            # the manifest again, now sealing the report beside the table
+            finish_folder(out, [*sealed["files"], REPORT_FILE],
+                          {k: v for k, v in sealed.items() if k != "files"})
+            err_console.print(f"wrote {out / REPORT_FILE}", markup=False, highlight=False)
         if json_:
             sys.stdout.write(to_json(rows))
             return

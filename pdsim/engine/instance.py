@@ -87,7 +87,8 @@ class Instance:
         self.pool.on_free = self._blocks_freed
         self.layout = self.kv.layout
         # the longest request whose KV (plus its sampled token and drafts) fits the pool
-        self.max_fit_tokens = self.kv.max_fit_tokens(cfg.admission_room_tokens(role))
+        self.max_fit_tokens = self.kv.max_fit_tokens(cfg.admission_room_tokens(role),
+                                                 cfg.model.max_model_len)
         self.decodes = role is not Role.PREFILL
         self.multi_module = cfg.use_multi_module_mtp
         self.sampler = sampler

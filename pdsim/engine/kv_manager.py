@@ -39,11 +39,14 @@ class KVManager:
         self.prefix_hit_tokens = 0
         self.prefix_query_tokens = 0
 
-    def max_fit_tokens(self, room_tokens: int) -> int:
+    def max_fit_tokens(self, room_tokens: int, limit_tokens: int) -> int:
         """The longest request (tokens, before ``room_tokens`` more: its sampled token and
-        first drafts) whose KV fits in the whole pool; -1 if none. Block counts only grow
-        with tokens, so a binary search finds it."""
+        first drafts) whose KV fits in the whole pool, at most ``limit_tokens``
+        (max_model_len); -1 if none. Block counts only grow with tokens, so a binary search
+        finds it (they stop growing when every layer slides: hence the limit)."""
         fits_blocks, blocks_for = self.pool.num_blocks, self.layout.blocks_for
+        if blocks_for(limit_tokens + room_tokens) <= fits_blocks:
+            return limit_tokens
         lo, hi = -1, 1
         while blocks_for(hi + room_tokens) <= fits_blocks:
             lo, hi = hi, 2 * hi

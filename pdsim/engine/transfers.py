@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Protocol
 from pdsim.config import Role
 from pdsim.engine.connector import Link
 from pdsim.engine.fabric import Fabric, Port
-from pdsim.errors import ConfigError
 from pdsim.perf.config import RooflineStepTimeConfig
-from pdsim.topology_config import NIC_NAME, TopologyConfig
+from pdsim.topology_config import TopologyConfig, instance_gpus, place, tensor_parallel_size
 
 if TYPE_CHECKING:
     import simpy
@@ -40,23 +39,6 @@ class TransferNetwork(Protocol):
     def degrade(self, name: str | None, factor: float) -> None: ...
 
     def samples(self) -> dict[str, Samples]: ...
-
-
-def tensor_parallel_size(cfg: SimConfig, group: InstanceGroupConfig) -> int:
-    """TP ranks of one instance of ``group`` (1 unless its step time is the roofline)."""
-    st = cfg.step_time_of(group)
-    return st.tensor_parallel_size if isinstance(st, RooflineStepTimeConfig) else 1
-
-
-def instance_gpus(cfg: SimConfig, topo: TopologyConfig, group: InstanceGroupConfig) -> int:
-    """GPUs one instance of ``group`` occupies: ``topo.gpus_per_instance``, else the
-    roofline's ``max(tensor_parallel_size, expert_parallel_size)``, else 1."""
-    if topo.gpus_per_instance is not None:
-        return topo.gpus_per_instance
-    st = cfg.step_time_of(group)
-    if isinstance(st, RooflineStepTimeConfig):
-        return max(st.tensor_parallel_size, st.expert_parallel_size)
-    return 1
 
 
 def kv_replicated(cfg: SimConfig, topo: TopologyConfig, group: InstanceGroupConfig) -> bool:
@@ -139,37 +121,13 @@ class TopologyNetwork:
         self._factor: dict[str, float] = {}
         # per instance: (first global GPU, GPUs, TP ranks, KV replicated on every rank)
         self._where: dict[int, tuple[int, int, int, bool]] = {}
-        placement = topo.placement
-        per_node = topo.gpus_per_node
-        used: dict[int, int] = {}
-        nxt = 0  # the next free global GPU when packing
+        gpus = {inst.index: instance_gpus(cfg, topo, inst.group) for inst in members}
+        # where each instance sits (checked when the config loaded: transfer_issues)
+        first, self.num_nodes = place(topo, [(i.name, gpus[i.index]) for i in members])
         for inst in members:
-            group = inst.group
-            g = instance_gpus(cfg, topo, group)
-            tp = tensor_parallel_size(cfg, group)
-            if placement is None:
-                if nxt % per_node + g > per_node:
-                    nxt += -nxt % per_node  # does not fit what is left: next node
-                first = nxt
-                nxt += g
-            else:
-                node = placement[inst.name]
-                first = node * per_node + used.get(node, 0)
-                used[node] = used.get(node, 0) + g
-                if used[node] > per_node:
-                    raise ConfigError(
-                        f"connector.topology.placement.{inst.name}",
-                        f"node {node} has {per_node} GPUs; the instances placed on it "
-                        f"need {used[node]}")
-            self._where[inst.index] = (first, g, tp, kv_replicated(cfg, topo, group))
-        last = max((f + g for f, g, _, _ in self._where.values()), default=0)
-        self.num_nodes = -(-last // per_node)
-        for i, deg in enumerate(cfg.faults.link_degradations):
-            m = NIC_NAME.fullmatch(deg.link or "")
-            if m is not None and int(m.group(1)) >= self.num_nodes:
-                raise ConfigError(f"faults.link_degradations.{i}.link",
-                                  f"no {deg.link!r}: the instances occupy "
-                                  f"{self.num_nodes} node(s), node0..node{self.num_nodes - 1}")
+            self._where[inst.index] = (first[inst.name], gpus[inst.index],
+                                       tensor_parallel_size(cfg, inst.group),
+                                       kv_replicated(cfg, topo, inst.group))
 
     def _gpu(self, inst: Instance, rank: int, dp_pick: int) -> int:
         """The global GPU of TP rank ``rank`` in the data-parallel rank ``dp_pick`` picks."""

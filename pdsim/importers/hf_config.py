@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pdsim._model import MAX_TOKENS
 from pdsim.errors import ConfigError, InputFileError, read_text_file
 from pdsim.perf.architecture import (
     AnyFFN,
@@ -277,6 +278,10 @@ def _layers(r: _Reader) -> list[tuple[AnyMixer, AnyFFN]]:
         return [kinds[c] for c in pattern]
     kinds_per_layer = _mixer_kinds(r, n)
     window = (r.int("sliding_window", minimum=1) if "sliding" in kinds_per_layer else None)
+    if window is not None and window >= MAX_TOKENS:
+        # a window no sequence pdsim runs can outgrow: the layers attend every token
+        kinds_per_layer = ["attention" if k == "sliding" else k for k in kinds_per_layer]
+        window = None
     mixers: dict[str, AnyMixer] = {}
     out: list[tuple[AnyMixer, AnyFFN]] = []
     moe = _moe(r)

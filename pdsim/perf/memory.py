@@ -31,7 +31,7 @@ from pdsim.perf.architecture import (
 )
 from pdsim.perf.hardware import HardwareSpec
 from pdsim.perf.sizes import (
-    kv_bytes_per_token,
+    pool_block_bytes_per_token,
     state_bytes_per_request,
     weight_bytes,
 )
@@ -286,7 +286,7 @@ def kv_blocks_per_instance(arch: ModelArchitecture, hardware: HardwareSpec,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=batch_seqs,
         attention_dp_size=attention_dp_size)
     states = state_bytes_per_request(arch, tensor_parallel_size) * (max_num_seqs or 0)
-    per_token = kv_bytes_per_token(arch, tensor_parallel_size, drafter_modules)
+    per_token = pool_block_bytes_per_token(arch, tensor_parallel_size, drafter_modules)
     blocks = num_kv_blocks(per_gpu - states, block_size, per_token)
     if blocks < 1:
         raise ConfigError(path, (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from pdsim.kv_layout import block_bytes_per_token
 from pdsim.perf.architecture import (
     DTYPE_BYTES,
     AnyFFN,
@@ -233,6 +234,18 @@ def kv_bytes_per_token(arch: ModelArchitecture, tp: int = 1, drafter_modules: in
     target = sum(b.num_layers * kv_bytes_per_token_per_layer(b.mixer, arch.kv_cache_dtype, tp)
                  for b in arch.blocks)
     return target + drafter_modules * drafter_kv_bytes_per_token(arch, tp)
+
+
+def pool_block_bytes_per_token(arch: ModelArchitecture, tp: int = 1,
+                               drafter_modules: int = 0) -> float:
+    """Per-GPU bytes per token of the KV pool's block (``kv_layout.block_bytes_per_token``:
+    the full-attention and drafter KV, the sliding-window layers' only when every layer
+    slides); sliding-window layers are charged in blocks of it as their windows fill."""
+    sliding = sum(b.num_layers * kv_bytes_per_token_per_layer(b.mixer, arch.kv_cache_dtype, tp)
+                  for b in arch.blocks
+                  if isinstance(b.mixer, AttentionMixer) and b.mixer.sliding_window_tokens)
+    return block_bytes_per_token(kv_bytes_per_token(arch, tp, drafter_modules) - sliding,
+                                 sliding)
 
 
 def state_bytes_per_request(arch: ModelArchitecture, tp: int = 1) -> float:

@@ -261,7 +261,13 @@ def parse_scrape(text: str, file: str = "<metrics>") -> Scrape:
         if name is None:
             continue
         labels = {str(k): str(v) for k, v in s.labels.items()}
-        value = float(s.value)
+        try:
+            value = float(s.value)
+        except OverflowError:  # an integer of hundreds of digits: beyond any counter
+            raise InputFileError(file, None, f"{s.name}"
+                                 f"{format_labels(tuple(sorted(s.labels.items())))} is "
+                                 f"{len(str(s.value))} digits long; a counter is a number "
+                                 "below 1e308") from None
         if name == ACCEPTED_PER_POS:
             pos_text = labels.pop(POSITION_LABEL, None)
             if pos_text is None or not pos_text.isdigit():

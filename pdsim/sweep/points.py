@@ -13,7 +13,7 @@ from typing import Any
 from pdsim._version import __version__
 from pdsim.config import SimConfig
 from pdsim.errors import ConfigError
-from pdsim.loader import config_from_dict, list_item_error
+from pdsim.loader import config_from_dict, inert_setting_issues, list_item_error
 from pdsim.sweep.grid import Point
 
 
@@ -81,6 +81,9 @@ def resolve_points(base: SimConfig, points: Sequence[Mapping[str, Any]]) -> list
             for key, value in params.items():
                 set_dotted(data, key, value)
             cfg = config_from_dict(data)
+            inert = inert_setting_issues(cfg, params)
+            if inert:
+                raise ConfigError("", issues=inert)
         except ConfigError as exc:
             raise ConfigError("", issues=[
                 (p or "config", f"{m} (sweep point {i}: {describe(params)})")
@@ -96,7 +99,11 @@ def apply_base_overrides(base: SimConfig, overrides: Iterable[tuple[str, Any]]) 
     for key, value in items:
         set_dotted(data, key, value)
     try:
-        return config_from_dict(data)
+        cfg = config_from_dict(data)
+        inert = inert_setting_issues(cfg, [key for key, _ in items])
+        if inert:
+            raise ConfigError("", issues=inert)
+        return cfg
     except ConfigError as exc:
         raise ConfigError("", issues=[(p, f"{m} (base overrides)") for p, m in exc.issues]) \
             from None

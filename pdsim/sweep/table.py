@@ -63,13 +63,23 @@ def _parquet_rows(rows: Sequence[Mapping[str, Any]], cols: Sequence[str]
 
 
 def write_table(out_dir: str | Path, rows: Sequence[Mapping[str, Any]]) -> list[Path]:
-    """Write ``sweep.csv`` (and ``sweep.parquet`` with pyarrow) atomically."""
+    """Write ``sweep.csv`` (and ``sweep.parquet`` with pyarrow) as a unit: beside the
+    previous table, swapped in together and sealed by the folder's manifest (which
+    readers check), so a killed rewrite never leaves a new CSV beside an old Parquet."""
+    from pdsim._version import __version__
     from pdsim.output import records_csv, write_atomic, write_parquet
+    from pdsim.run_folder import finish_folder, prepare_out_dir, staged_folder
 
-    out = Path(out_dir)
+    out = prepare_out_dir(out_dir)
     cols = table_columns(rows)
-    written = [write_atomic(out / TABLE_CSV, records_csv([dict(r) for r in rows], cols))]
-    pq = write_parquet(out / TABLE_PARQUET, _parquet_rows(rows, cols), cols)
-    if pq is not None:
-        written.append(pq)
-    return written
+    with staged_folder(out) as stage:
+        written = [write_atomic(stage / TABLE_CSV,
+                                records_csv([dict(r) for r in rows], cols))]
+        pq = write_parquet(stage / TABLE_PARQUET, _parquet_rows(rows, cols), cols)
+        if pq is not None:
+            written.append(pq)
+        else:  # no pyarrow now: an older run's Parquet would be another table
+            (out / TABLE_PARQUET).unlink(missing_ok=True)
+        names = [p.name for p in written]
+        finish_folder(stage, names, {"pdsim_version": __version__, "kind": "sweep"})
+    return [out / name for name in names]

@@ -219,7 +219,7 @@ def test_max_fit_tokens_is_the_longest_request_the_pool_holds(
         n_spec: int, mamba: bool, sliding: bool, block_size: int, blocks: int) -> None:
     """The router's capacity check reads ``Instance.max_fit_tokens``: a request of that
     many tokens (plus its sampled token and drafts) fits in the whole pool, one more
-    does not."""
+    does not (or it is max_model_len)."""
     cfg = make_config(_layer_groups(sliding, mamba),
                       f"cluster.decode.scheduler.block_size={block_size}",
                       f"cluster.decode.scheduler.num_blocks={blocks}",
@@ -231,4 +231,7 @@ def test_max_fit_tokens_is_the_longest_request_the_pool_holds(
 
     t = d.max_fit_tokens
     assert t == -1 or fits(t)
-    assert not fits(t + 1)
+    # no request is longer than max_model_len: the search stops there (it would never
+    # end where every layer slides and block counts stop growing)
+    assert t <= cfg.model.max_model_len
+    assert t == cfg.model.max_model_len or not fits(t + 1)

@@ -126,6 +126,10 @@ def test_plot_result_dir_errors(tmp_path: Path) -> None:
         plots.plot_result_dir(tmp_path)
     (tmp_path / "summary.json").unlink()
     (tmp_path / "compare.json").write_text('{"table": []}')
+    # the folder's manifest seals a run whose files are gone: a mixed folder, refused
+    with pytest.raises(InputFileError, match=r"does not match manifest\.json"):
+        plots.plot_result_dir(tmp_path)
+    (tmp_path / "manifest.json").unlink()  # a hand-made compare folder: read as it is
     with pytest.raises(InputFileError, match="no 'summaries'"):
         plots.plot_result_dir(tmp_path)
 
