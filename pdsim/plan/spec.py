@@ -101,9 +101,6 @@ def read_plan_config(path: str | Path, overrides: list[str] | None = None,
     Raises ``ConfigError`` (naming ``plan.<field>`` for the plan section) or
     ``InputFileError``; never another exception for bad input.
     """
-    from pydantic import ValidationError
-
-    from pdsim.config_errors import validation_issues
     from pdsim.errors import ConfigError
     from pdsim.loader import load_config, read_yaml, resolve_profile_files
 
@@ -111,14 +108,27 @@ def read_plan_config(path: str | Path, overrides: list[str] | None = None,
     raw = data.pop("plan", None)
     if raw is not None and not isinstance(raw, dict):
         raise ConfigError("plan", f"must be a mapping, not {type(raw).__name__}")
-    try:
-        spec = PlanSpec.model_validate(raw or {})
-    except ValidationError as exc:
-        raise ConfigError("", issues=[(f"plan.{p}" if p else "plan", m) for p, m in
-                                      validation_issues(exc, raw or {})]) from None
+    spec = plan_spec(raw or {}, "plan")
     if spec.hf_config is not None and not Path(spec.hf_config).is_absolute():
         spec = spec.model_copy(update={
             "hf_config": str((Path(path).parent / spec.hf_config).resolve())})
     data = resolve_profile_files(data, Path(path).parent)
     cfg = load_config(data, overrides or [], seed=seed)
     return cfg, spec
+
+
+def plan_spec(raw: dict[str, Any], where: str = "plan") -> PlanSpec:
+    """Validate a YAML-shaped ``plan`` mapping (as JSON: lists become tuples). Raises
+    ``ConfigError`` naming ``<where>.<field>``."""
+    import json
+
+    from pydantic import ValidationError
+
+    from pdsim.config_errors import validation_issues
+    from pdsim.errors import ConfigError
+
+    try:
+        return PlanSpec.model_validate_json(json.dumps(raw))
+    except ValidationError as exc:
+        raise ConfigError("", issues=[(f"{where}.{p}" if p else where, m) for p, m in
+                                      validation_issues(exc, raw)]) from None
