@@ -140,7 +140,13 @@ def register(app: typer.Typer) -> None:
                               f"rerun the same command to resume")
             raise typer.Exit(interrupt_exit_code(exc)) from None
         wall = time.perf_counter() - t0
+        import resource
+
+        # this process and every worker it waited for (pool workers are reaped each round)
+        cpu = sum(getattr(resource.getrusage(who), f) for who in (
+            resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
         doc = plan_document(pl, wall)
+        doc["cpu_s"] = cpu
         write_atomic(out / "plan.csv", plan_csv(pl))
         write_atomic(out / "plan.json", to_json_text(doc))
         title = f"{cfg.name}: {budget} GPUs, {spec.objective}"
@@ -152,7 +158,8 @@ def register(app: typer.Typer) -> None:
         counts = ", ".join(f"{v} {k}" for k, v in sorted(pl.counts.items()))
         notes = [f"{len(pl.points)} candidates ({counts}); {pl.runs_simulated} runs "
                  f"simulated, {pl.runs_cached} read from the cache, {pl.runs_shared} shared "
-                 f"between candidates, in {pl.rounds} rounds; {wall:.1f} s wall.",
+                 f"between candidates, in {pl.rounds} rounds; {wall:.1f} s wall, {cpu:.1f} s "
+                 f"CPU (this process and its local workers).",
                  f"Ties: front points whose figures both differ by less than "
                  f"{VALIDATION_ERROR:.1%} (pdsim's median error on held-out absolute "
                  f"measurements, docs/validation.md) cannot be ranked by pdsim."]
@@ -178,6 +185,11 @@ def register(app: typer.Typer) -> None:
             for key in ("fitted", "borrowed", "not_fitted"):
                 items = c.provenance.get(key) or ["-"]
                 console.print(f"  {key.replace('_', ' ')}: {'; '.join(items)}",
+                              markup=False, highlight=False, soft_wrap=True)
+            if any(ch.layout.dp > 1 for _, ch in c.candidate.roles):
+                console.print("  caution: attention data parallelism with expert parallelism "
+                              "is where pdsim is furthest off (docs/validation.md: large-batch "
+                              "attention-DP + EP throughput over-predicted by about 78%)",
                               markup=False, highlight=False, soft_wrap=True)
             b = pl.baseline
             if b is not None:
