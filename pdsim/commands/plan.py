@@ -63,9 +63,10 @@ def register(app: typer.Typer) -> None:
             help="goodput (each candidate at its highest SLO-meeting rate) or workload "
                  "(at the config's rate); default: plan.objective.")] = None,
         mode: Annotated[list[str] | None, typer.Option(
+            metavar="MODE",
             help="Only this deployment mode (colocated, disaggregated; repeatable).")] = None,
         mtp: Annotated[list[int] | None, typer.Option(
-            help="Only these draft-token counts (repeatable).")] = None,
+            metavar="N", help="Only these draft-token counts (repeatable).")] = None,
         tol: Annotated[float | None, typer.Option(
             help="Rate bisection tolerance (default: plan.tol, 0.05).")] = None,
         min_requests: Annotated[int | None, typer.Option(
@@ -82,6 +83,9 @@ def register(app: typer.Typer) -> None:
             help="Dask scheduler address (default: a LocalCluster).")] = None,
         force: Annotated[bool, typer.Option(help="Recompute runs already in --out/cache.")
                          ] = False,
+        round_trip: Annotated[bool, typer.Option(
+            help="With plan.hf_config: import every front point's serve lines back, "
+                 "simulate the imported deployment and compare.")] = True,
         report: Annotated[bool, typer.Option(
             help="Write --out/report.html (needs pdsim[report]).")] = True,
         json_: Annotated[bool, typer.Option("--json", help="Print plan.json.")] = False,
@@ -155,6 +159,25 @@ def register(app: typer.Typer) -> None:
         for name, text in front_files(pl, spec.served_model, hf).items():
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             write_atomic(out / name, text)
+        if hf is not None and round_trip:
+            import json as _json
+
+            from pdsim.plan.serve_lines import check_round_trip
+
+            hf_doc = _json.loads(Path(hf).read_text(encoding="utf-8"))
+            checks = {}
+            for i in pl.front:
+                p = pl.points[i]
+                assert p.config is not None
+                checks[str(i)] = check_round_trip(p.config, p.figures, hf_doc,
+                                                  spec.served_model)
+            doc["round_trip"] = checks
+            write_atomic(out / "plan.json", to_json_text(doc))
+            bad = [k for k, v in checks.items() if not v["ok"]]
+            err_console.print(f"round trip through import-vllm: {len(checks) - len(bad)} of "
+                              f"{len(checks)} front points give the same deployment and "
+                              f"figures" + (f"; not: {', '.join(bad)}" if bad else ""),
+                              markup=False, highlight=False)
         counts = ", ".join(f"{v} {k}" for k, v in sorted(pl.counts.items()))
         notes = [f"{len(pl.points)} candidates ({counts}); {pl.runs_simulated} runs "
                  f"simulated, {pl.runs_cached} read from the cache, {pl.runs_shared} shared "

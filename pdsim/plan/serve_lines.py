@@ -243,5 +243,26 @@ def round_trip_differences(cfg: SimConfig, imported: dict[str, Any]) -> list[str
             for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
 
 
-__all__ = ["deployment_document", "deployment_fields", "import_back", "pool_command",
+__all__ = ["check_round_trip", "deployment_document", "deployment_fields", "import_back",
+           "pool_command",
            "round_trip_differences", "serve_commands", "shell_script", "with_deployment"]
+
+
+def check_round_trip(cfg: SimConfig, figures: dict[str, Any], hf_config: dict[str, Any],
+                     served_model: str | None = None) -> dict[str, Any]:
+    """Import ``cfg``'s serve lines back, put the imported deployment into ``cfg``,
+    simulate it afresh and compare with ``figures`` (the summary fields the plan judged
+    the point by). ``ok``: no deployment field differs and the figures are equal."""
+    from pdsim.plan.planner import KEEP
+    from pdsim.results import summary_only
+    from pdsim.simulation import simulate
+    from pdsim.sweep import point_id
+
+    imported = import_back(cfg, hf_config, served_model)
+    diffs = round_trip_differences(cfg, imported)
+    back = with_deployment(cfg, imported)
+    summary = simulate(summary_only(back)).summary.as_dict()
+    got = {k: summary.get(k) for k in KEEP}
+    same = got == {k: figures.get(k) for k in KEEP}
+    return {"ok": not diffs and same, "differences": diffs, "same_figures": same,
+            "same_config": point_id(back) == point_id(cfg)}

@@ -37,6 +37,9 @@ def test_plan_writes_table_csv_plot_report_and_front_files(tmp_path: Path) -> No
     doc = json.loads((out / "plan.json").read_text())
     assert doc["front"] and doc["chosen"]["index"] in [f["index"] for f in doc["front"]]
     assert doc["tie_threshold"] == VALIDATION_ERROR
+    # every front point's lines imported back and simulated: same deployment, same figures
+    assert set(doc["round_trip"]) == {str(f["index"]) for f in doc["front"]}
+    assert all(v["ok"] and v["same_config"] for v in doc["round_trip"].values())
     assert (out / "plan.png").read_bytes()[:4] == b"\x89PNG"
     assert "Pareto front" in (out / "report.html").read_text()
     fronts = sorted((out / "front").iterdir())
@@ -101,3 +104,12 @@ def test_validation_error_is_the_docs_figure() -> None:
     text = (REPO / "docs" / "validation.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| holdout, absolute |"))
     assert f"{VALIDATION_ERROR:.1%}" == row.split("|")[4].strip()
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs" / "plan").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_plan_config_loads_and_has_candidates(path: Path) -> None:
+    cfg, spec = read_plan_config(path)
+    assert spec.gpus is not None and spec.hf_config is not None
+    assert Path(spec.hf_config).is_file()
+    assert enumerate_candidates(cfg, spec, spec.gpus)
