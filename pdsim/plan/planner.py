@@ -12,10 +12,11 @@ on its own results, never on the order runs finished, so every backend and worke
 gives the same plan.
 
 Reuse: a run is identified by its resolved config (``pdsim.sweep.point_id``), so
-candidates whose configs coincide (a router choice where a role has one instance is
-never made, so they do not arise from it; a rate two bisections both try) share one run,
-and with a cache folder every run finished in an earlier call is read back, not rerun:
-an interrupted plan resumes where it stopped.
+candidates whose trial configs coincide (the config's own deployment when it is also a
+candidate; a rate two searches of one config both try) share one run, a router is never
+varied where each role has one instance (``space``), and with a cache folder every run
+finished in an earlier call is read back, not rerun: an interrupted plan resumes where it
+stopped.
 """
 
 from __future__ import annotations
@@ -257,6 +258,8 @@ class _Runner:
                              workers=self.workers, address=self.address,
                              progress=progress, force=self.force, run_files=False)
             for pt, row in zip(sweep.points, rows, strict=True):
+                # the sections replaced are all a candidate changes: same config, same id
+                assert pt.point_id == order[pt.index], "a plan run resolved to another config"
                 self.memo[order[pt.index]] = {k: row.get(k) for k in KEEP}
             self.cached += len(sweep.cached)
             self.simulated += len(sweep.computed)

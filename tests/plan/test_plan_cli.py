@@ -113,3 +113,17 @@ def test_every_shipped_plan_config_loads_and_has_candidates(path: Path) -> None:
     assert spec.gpus is not None and spec.hf_config is not None
     assert Path(spec.hf_config).is_file()
     assert enumerate_candidates(cfg, spec, spec.gpus)
+
+
+def test_workload_objective_runs_each_candidate_once_at_the_configs_rate(
+        tmp_path: Path) -> None:
+    cfg = write_small(tmp_path / "small.yaml")
+    res = _run(str(cfg), "--out", str(tmp_path / "o"), "--objective", "workload",
+               "--no-report", "--json", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    rows = list(csv.DictReader((tmp_path / "o" / "plan.csv").open()))
+    simulated = [r for r in rows if r["status"] != "pruned"]
+    assert doc["objective"] == "workload" and doc["rounds"] == 1
+    assert doc["runs_simulated"] + doc["runs_shared"] == len(simulated) + 1  # + baseline
+    assert {r["rate_per_s"] for r in simulated if r["status"] == "feasible"} == {"8.0"}
