@@ -156,7 +156,7 @@ def register(app: typer.Typer) -> None:
         title = f"{cfg.name}: {budget} GPUs, {spec.objective}"
         write_atomic(out / "plan.png", front_plot_png(pl, title))
         hf = spec.hf_config
-        for name, text in front_files(pl, spec.served_model, hf).items():
+        for name, text in front_files(pl, spec.served_model, hf, str(out)).items():
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             write_atomic(out / name, text)
         if hf is not None and round_trip:

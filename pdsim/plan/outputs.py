@@ -152,11 +152,15 @@ def report_html(pl: Plan, title: str, notes: list[str]) -> str:
     return page.render()
 
 
-def front_files(pl: Plan, served_model: str | None, hf_config: str | None
-                ) -> dict[str, str]:
+def front_files(pl: Plan, served_model: str | None, hf_config: str | None,
+                out_dir: str | None = None) -> dict[str, str]:
     """Per front point ``front/<rank>-<index>/``: ``config.yaml`` (the pdsim config to
-    rerun it), ``serve.sh`` (the vllm serve lines) and, with ``hf_config`` (a path the
-    deployment file names), ``deployment.yaml`` for ``pdsim import-vllm --deployment``."""
+    rerun it), ``serve.sh`` (the vllm serve lines) and, with ``hf_config`` (the model's
+    config.json), ``deployment.yaml`` for ``pdsim import-vllm --deployment``, naming
+    ``hf_config`` relative to its own folder when ``out_dir`` (where ``front/`` goes) is
+    given, so the folder can move with the file it points at."""
+    import os
+
     import yaml
 
     from pdsim.loader import dump_config
@@ -173,8 +177,10 @@ def front_files(pl: Plan, served_model: str | None, hf_config: str | None
         out[f"{d}/config.yaml"] = head + dump_config(p.config)
         out[f"{d}/serve.sh"] = shell_script(p.config, served_model)
         if hf_config is not None:
+            hf = (os.path.relpath(os.path.abspath(hf_config), os.path.abspath(
+                os.path.join(out_dir, d))) if out_dir is not None else hf_config)
             out[f"{d}/deployment.yaml"] = yaml.safe_dump(
-                deployment_document(p.config, hf_config, served_model), sort_keys=False,
+                deployment_document(p.config, hf, served_model), sort_keys=False,
                 width=1000)
     return out
 
