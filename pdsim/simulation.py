@@ -99,6 +99,8 @@ class Simulation:
         self.closed_loop = self.specs.closed_loop_concurrency is not None
         self.faults = FaultState(config.faults, self.streams.get("faults"))
         self._transfers: dict[int, tuple[int, Instance, Instance]] = {}
+        # the acceptance table of requests added live (``add_request``), with room to grow
+        self._live_table: np.ndarray | None = None
 
     # ------------------------------------------------------------------- run
 
@@ -410,6 +412,42 @@ class Simulation:
             self._release_next()
         if self.num_done == len(self.requests) and not self._all_done.triggered:
             self._all_done.succeed()
+
+    # ------------------------------------------------------------ live intake
+
+    def add_request(self, prompt_tokens: int, output_tokens: int, arrival_s: float,
+                    hash_ids: tuple[int, ...] | None = None) -> Request:
+        """Admit a request into the running simulation (after ``start``; live intake, as
+        ``pdsim serve`` does): it is stored after the others (its id is the next one) and
+        dispatched at ``arrival_s``, which may not lie in the simulated past nor before the
+        last request's arrival, exactly as a pre-generated arrival at that time would be.
+        Only a simulation built with no pre-generated requests takes them (its arrivals
+        process would release them a second time)."""
+        if len(self.specs):
+            raise ValueError("add_request needs a simulation built with no requests")
+        now = self.env.now
+        if not arrival_s >= now:
+            raise ValueError(f"arrival at {arrival_s!r} s is in the simulated past "
+                             f"(now {now!r} s)")
+        if self.requests and arrival_s < self.requests[-1].arrival_s:
+            raise ValueError(f"arrival at {arrival_s!r} s is before the last one "
+                             f"({self.requests[-1].arrival_s!r} s)")
+        rid = len(self.requests)
+        n_spec = self.config.speculative.num_speculative_tokens
+        table = self._live_table
+        if table is None or rid >= len(table):
+            # storage that grows: double the acceptance table, point the requests at it
+            grown = np.zeros((max(64, 2 * rid), n_spec), dtype=np.int64)
+            grown[:rid] = self.accepted_per_pos[:rid]
+            for r in self.requests:
+                r._accepted = grown
+            self._live_table = table = grown
+        req = Request(rid, arrival_s, prompt_tokens, output_tokens, n_spec, hash_ids, table)
+        self.requests.append(req)
+        self.accepted_per_pos = table[:rid + 1]
+        ev = self.env.timeout(arrival_s - now)
+        ev.callbacks.append(lambda _e: self._dispatch(req))
+        return req
 
 
 def simulate(config: SimConfig, requests: RequestSpecs | None = None,
