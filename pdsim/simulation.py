@@ -99,6 +99,10 @@ class Simulation:
         self.closed_loop = self.specs.closed_loop_concurrency is not None
         self.faults = FaultState(config.faults, self.streams.get("faults"))
         self._transfers: dict[int, tuple[int, Instance, Instance]] = {}
+        # live serving (pdsim serve): requests whose instance a client addressed (the router
+        # is skipped), and those whose P -> D hand-over the client makes (``send_to_decode``)
+        self.route_to: dict[int, str] = {}
+        self.client_handover: set[int] = set()
         # the acceptance table of requests added live (``add_request``), with room to grow
         self._live_table: np.ndarray | None = None
 
@@ -171,6 +175,9 @@ class Simulation:
         cands: Sequence[Instance] = [i for i in group if i.up]
         if not cands:
             return None
+        addressed = self.route_to.get(req.id)
+        if addressed is not None:  # a client chose the instance (pdsim serve --pd-endpoints)
+            return next((i for i in cands if i.name == addressed), None)
         if cands[0].role in self._fit_varies:
             fit = [i for i in cands if tokens <= i.max_fit_tokens]
             cands = fit or cands
@@ -225,11 +232,21 @@ class Simulation:
         params.remote_engine_id = p.name
         params.remote_num_tokens = req.p_prompt_tokens
         params.remote_block_ids = tuple(p.pool.tables.get(req.id, ()))
+        if req.id in self.client_handover:
+            self._watch_leases(p)  # P keeps the blocks for the lease; the client forwards
+            return
         d = self._choose(self.decodes, req, req.prompt_tokens + req.output_target)
         if d is None:
             p.release_pinned(req)
             self.fail(req, "no_instance_up")
             return
+        self.send_to_decode(req, d)
+
+    def send_to_decode(self, req: Request, d: Instance) -> None:
+        """Forward ``req``, whose prefill ``p_instance`` has finished, to decode instance
+        ``d`` with its kv_transfer_params: the proxy's second hop (the built-in one, or a
+        client's under ``client_handover``)."""
+        p = self.by_name[req.p_instance]
         req.d_instance = d.name
         req.d_queued_s = self.env.now
         req.seq_tokens = req.prompt_tokens
