@@ -116,7 +116,13 @@ class ServeState:
               ) -> tuple[LiveRequest, Channel, int, str]:
         """Admit a request now; its events go to the returned channel."""
         self._check_room()
-        target, reason = (1, "length") if hop == "prefill" else self.output_target(p)
+        if hop == "prefill":  # P runs it with max_tokens = 1, as a P/D proxy sends it
+            limit = self.cluster.max_model_len
+            if p.prompt_tokens + 1 > limit:
+                raise context_error(limit, p.prompt_tokens, 1)
+            target, reason = 1, "length"
+        else:
+            target, reason = self.output_target(p)
         fit_out = 1 if hop == "prefill" else target
         if not self.cluster.fits(p.prompt_tokens, fit_out):
             raise APIError(f"the request ({p.prompt_tokens} prompt + {fit_out} output tokens) "
@@ -185,6 +191,8 @@ def _failure(reason: str) -> APIError:
     if reason == "no_instance_up":
         return APIError("no instance is up to serve the request", 503,
                         "ServiceUnavailableError")
+    if reason.startswith("exceeds_"):  # the cluster's admission refused it
+        return APIError(f"the request cannot be served by this cluster ({reason})")
     return APIError(f"the request failed in the simulated cluster ({reason})", 500,
                     "InternalServerError")
 

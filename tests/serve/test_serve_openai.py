@@ -31,13 +31,15 @@ from pdsim.simulation import Simulation
 
 SPEED = 10.0
 # What the client sees against the records, in simulated seconds at --speed 10. Never
-# early (float noise only). Late by the HTTP round trip and the wake-ups of two processes'
-# event loops (a millisecond or so of wall time each, times the speed), much more when
-# the machine is shared: the medians must stay within these (measured figures in
-# docs/serve.md; the test prints its own with -s).
+# early (float noise only). Late by the HTTP round trip, the wake-ups of two processes'
+# event loops and the openai client's own work (about a millisecond of wall time each,
+# times the speed; more when the machine is shared): the medians must stay within these,
+# one request at a time, and the chunk gaps within LOAD_CHUNK_TOL_S at concurrency 16
+# (measured figures in docs/serve.md; the tests print their own with -s).
 EARLY_TOL_S = 1e-6
-TTFT_TOL_S = 0.5
-CHUNK_TOL_S = 0.5
+TTFT_TOL_S = 0.3
+CHUNK_TOL_S = 0.15
+LOAD_CHUNK_TOL_S = 0.5
 LOAD_TIME_LIMIT_S = 120.0
 
 
@@ -104,6 +106,44 @@ def _chunk_times_s(out: Path) -> dict[int, np.ndarray]:
     return times
 
 
+def timing_errors(seen: list, records: dict, out: Path) -> tuple[float, np.ndarray,
+                                                                 np.ndarray]:
+    """What the client saw against the records, in simulated seconds: how much earlier
+    than its time any chunk came (at most float noise: the request reached the server
+    after it left the client and each step's tokens go out at the step's end), each
+    request's TTFT lateness, and every chunk's |error| in time after the first chunk."""
+    chunks = _chunk_times_s(out)
+    early, ttft_late, chunk_err = [], [], []
+    for s in seen:
+        rec = records[s.request_id]
+        sim_t = chunks[s.request_id] - float(rec["arrival_s"])
+        client_t = (np.array(s.chunk_s) - s.sent_s) * SPEED
+        assert len(sim_t) == len(client_t)
+        early.append(float(np.max(sim_t - client_t)))
+        ttft_late.append(client_t[0] - float(rec["ttft_s"]))
+        chunk_err.extend(((client_t - client_t[0]) - (sim_t - sim_t[0])).tolist())
+    late_a, gaps_a = np.array(ttft_late), np.abs(np.array(chunk_err))
+    print(f"\nTTFT, client - records (simulated s at --speed {SPEED:g}): median "
+          f"{np.median(late_a):.4f}, p90 {np.percentile(late_a, 90):.4f}, max {late_a.max():.4f}"
+          f"\nchunk times after the first, |client - records|: median {np.median(gaps_a):.4f}"
+          f", p90 {np.percentile(gaps_a, 90):.4f}, max {gaps_a.max():.4f} over {len(gaps_a)} "
+          f"chunks; the earliest chunk came {max(early):.6f} s before its time")
+    return max(early), late_a, gaps_a
+
+
+def test_client_times_match_the_records_at_speed_10(serve) -> None:
+    srv = serve("mtp3.yaml", "--speed", str(SPEED))
+    rng = np.random.default_rng(3)
+    sizes = list(zip(rng.integers(100, 2500, 24).tolist(), rng.integers(16, 48, 24).tolist(),
+                     strict=True))
+    seen = asyncio.run(asyncio.wait_for(load(srv.url, sizes, 1), LOAD_TIME_LIMIT_S))
+    assert srv.stop() == 0
+    early, late, gaps = timing_errors(seen, read_records(srv.out), srv.out)
+    assert early <= EARLY_TOL_S
+    assert np.median(late) <= TTFT_TOL_S
+    assert np.median(gaps) <= CHUNK_TOL_S
+
+
 def test_concurrent_load_matches_records_metrics_and_replay(serve, tmp_path: Path) -> None:
     srv = serve("mtp3.yaml", "--speed", str(SPEED))
     rng = np.random.default_rng(7)
@@ -135,30 +175,11 @@ def test_concurrent_load_matches_records_metrics_and_replay(serve, tmp_path: Pat
         assert len(s.chunk_s) == int(rec["num_chunks"])
 
     # the client's times against the records' (simulated seconds)
-    chunks = _chunk_times_s(srv.out)
-    early, ttft_late, chunk_err = [], [], []
-    for s in seen:
-        rec = records[s.request_id]
-        sim_t = chunks[s.request_id] - float(rec["arrival_s"])
-        client_t = (np.array(s.chunk_s) - s.sent_s) * SPEED
-        assert len(sim_t) == len(client_t)
-        # never early: the request reached the server after it left the client and each
-        # step's tokens go out at the step's end, so the client cannot see chunk k sooner
-        # than chunk k's simulated time after the arrival
-        early.append(float(np.max(sim_t - client_t)))
-        ttft_late.append(client_t[0] - float(rec["ttft_s"]))
-        # the gaps: chunk times after the first, client against records
-        chunk_err.extend(((client_t - client_t[0]) - (sim_t - sim_t[0])).tolist())
-    late_a, gaps_a = np.array(ttft_late), np.abs(np.array(chunk_err))
-    print(f"\nTTFT, client - records (simulated s at --speed {SPEED:g}): median "
-          f"{np.median(late_a):.4f}, p90 {np.percentile(late_a, 90):.4f}, max {late_a.max():.4f}"
-          f"\nchunk times after the first, |client - records|: median {np.median(gaps_a):.4f}"
-          f", p90 {np.percentile(gaps_a, 90):.4f}, max {gaps_a.max():.4f} over {len(gaps_a)} "
-          f"chunks; earliest chunk {max(early):.5f} s before its time")
-    assert max(early) <= EARLY_TOL_S
+    early, _, gaps = timing_errors(seen, records, srv.out)
+    assert early <= EARLY_TOL_S
     # under this load the client library's own queueing makes TTFT late (printed above,
-    # figures in docs/serve.md); the timing test below holds it to TTFT_TOL_S
-    assert np.median(gaps_a) <= CHUNK_TOL_S
+    # figures in docs/serve.md); the sequential test holds it to TTFT_TOL_S
+    assert np.median(gaps) <= LOAD_CHUNK_TOL_S
 
     # /metrics against the records
     fin = [r for r in records.values() if r["status"] == "finished"]
