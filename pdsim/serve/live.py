@@ -112,7 +112,7 @@ class LiveCluster:
         """Process every event due by simulated time ``t_s``; the number processed."""
         env = self.sim.env
         n = 0
-        while env.peek() <= t_s:
+        while (due := env.peek()) <= t_s and due < math.inf:
             env.step()
             n += 1
         if n:
