@@ -104,6 +104,11 @@ def register(app: typer.Typer) -> None:
             write_atomic(log_path, log_jsonl(state.log))
             console.print(f"wrote {out}/ (replay: pdsim run {out}/config.resolved.yaml)",
                           markup=False, highlight=False)
+            if state.client_handovers:
+                console.print(f"note: {state.client_handovers} request(s) took a client's "
+                              f"P -> D hand-over (--pd-endpoints); a replay hands them over "
+                              f"at once through the router, so their records differ",
+                              markup=False, highlight=False)
         console.print(summary_table(res.summary, title=f"pdsim serve: {cfg.name}"
                                     + (" (PARTIAL: requests in flight)" if res.partial
                                        else "")))

@@ -76,6 +76,7 @@ class ServeState:
         self.lengths = RandomStreams(config.seed).get("serve_output_tokens")
         # (arrival_s, prompt tokens, output tokens) of every request admitted, in order
         self.log: list[tuple[float, int, int]] = []
+        self._logged: dict[int, int] = {}  # request id -> its row of the log
         self.client_handovers = 0  # requests whose P -> D hand-over a client made
         self.created = int(time.time())
 
@@ -131,6 +132,7 @@ class ServeState:
         arrival = self._arrival()
         lr = self.cluster.submit(p.prompt_tokens, target, arrival, chan.put, instance=instance,
                                  hop=hop, finish_reason=reason)
+        self._logged[lr.req.id] = len(self.log)
         self.log.append((arrival, p.prompt_tokens, target))
         if hop == "prefill":
             self.client_handovers += 1
@@ -158,8 +160,10 @@ class ServeState:
                            f"does not fit the KV cache of any instance")
         self._check_room()
         chan = Channel()
-        self.driver.catch_up()
-        lr = self.cluster.forward(req, d_name, target, chan.put, reason)
+        at = self._arrival()  # the hand-over reaches D now, never in the simulated past
+        lr = self.cluster.forward(req, d_name, target, at, chan.put, reason)
+        row = self._logged[req.id]  # the log holds what the request generates in the end
+        self.log[row] = (*self.log[row][:2], target)
         self.driver.poke()
         return lr, chan, target, reason
 

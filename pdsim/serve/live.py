@@ -163,23 +163,32 @@ class LiveCluster:
         """A request prefilled for a client's D hop, if P still holds it."""
         return self.held.get(request_id)
 
-    def forward(self, req: Request, d_name: str, output_tokens: int,
+    def forward(self, req: Request, d_name: str, output_tokens: int, at_s: float,
                 notify: Callable[[Event], None], finish_reason: str = "length"
                 ) -> LiveRequest:
-        """The client's D hop, now: send ``req`` (prefilled) to decode instance ``d_name``
-        with ``output_tokens`` to generate."""
+        """The client's D hop: at ``at_s`` (not in the simulated past) send ``req``
+        (prefilled) to decode instance ``d_name`` with ``output_tokens`` to generate."""
+        sim = self.sim
+        if not at_s >= sim.env.now:
+            raise ValueError(f"hand-over at {at_s!r} s is in the simulated past")
         self.held.pop(req.id, None)
-        self.sim.client_handover.discard(req.id)
         req.output_target = output_tokens
         lr = LiveRequest(req, "decode", notify, finish_reason)
         self.live[req.id] = lr
-        d = self.sim.by_name[d_name]
-        if not d.up:
-            self.sim.by_name[req.p_instance].release_pinned(req)
-            self.sim.fail(req, "no_instance_up")
-        else:
-            self.sim.send_to_decode(req, d)
-        self._check(lr, None)
+        d = sim.by_name[d_name]
+
+        def hand_over(_e: object) -> None:
+            sim.client_handover.discard(req.id)
+            if req.status is not Status.IN_FLIGHT:
+                pass  # gone meanwhile (P went down): reported below
+            elif not d.up:
+                sim.by_name[req.p_instance].release_pinned(req)
+                sim.fail(req, "no_instance_up")
+            else:
+                sim.send_to_decode(req, d)
+            self._check(lr, None)
+
+        sim.env.timeout(at_s - sim.env.now).callbacks.append(hand_over)
         return lr
 
     # ------------------------------------------------------------------ results
