@@ -139,3 +139,34 @@ def test_bad_config_and_a_taken_port_are_error_lines() -> None:
     assert taken.returncode == 2
     assert f"error: --port: cannot listen on 127.0.0.1:{port}" in taken.stderr
     assert "Traceback" not in taken.stderr
+
+
+def test_the_driver_says_when_it_falls_behind() -> None:
+    """A pass that starts late (the event loop was held up) is measured and warned about,
+    not silently drifted over."""
+    import asyncio
+    import time
+
+    from pdsim.serve.clock import LAG_WARN_S, Clock, Driver
+
+    warnings: list[str] = []
+    live = LiveCluster(load_config(MTP3))
+    clock = Clock(10.0)
+    driver = Driver(live, clock, warnings.append)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(driver.run(stop))
+        clock.start()
+        live.submit(2000, 64, 0.0, lambda ev: None)
+        driver.poke()
+        await asyncio.sleep(0.05)
+        time.sleep(2 * LAG_WARN_S)  # the loop is held up: the next events come late
+        await asyncio.sleep(0.05)
+        stop.set()
+        driver.poke()
+        await task
+
+    asyncio.run(run())
+    assert driver.max_lag_s >= 1.5 * LAG_WARN_S
+    assert warnings and "behind the clock at --speed 10" in warnings[-1]
