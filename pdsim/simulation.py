@@ -8,6 +8,7 @@ influence each other.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from itertools import count
 
@@ -105,6 +106,7 @@ class Simulation:
         self.client_handover: set[int] = set()
         # the acceptance table of requests added live (``add_request``), with room to grow
         self._live_table: np.ndarray | None = None
+        self._live_dispatch_s = 0.0  # when the last request added live is dispatched
 
     # ------------------------------------------------------------------- run
 
@@ -437,9 +439,10 @@ class Simulation:
         """Admit a request into the running simulation (after ``start``; live intake, as
         ``pdsim serve`` does): it is stored after the others (its id is the next one) and
         dispatched at ``arrival_s``, which may not lie in the simulated past nor before the
-        last request's arrival, exactly as a pre-generated arrival at that time would be.
-        Only a simulation built with no pre-generated requests takes them (its arrivals
-        process would release them a second time)."""
+        last request's arrival, exactly as a pre-generated arrival at that time would be:
+        at the same float time (from some ``now`` no delay lands there; ``can_add_at``
+        says, and ``ValueError`` is raised). Only a simulation built with no pre-generated
+        requests takes them (its arrivals process would release them a second time)."""
         if len(self.specs):
             raise ValueError("add_request needs a simulation built with no requests")
         now = self.env.now
@@ -449,6 +452,10 @@ class Simulation:
         if self.requests and arrival_s < self.requests[-1].arrival_s:
             raise ValueError(f"arrival at {arrival_s!r} s is before the last one "
                              f"({self.requests[-1].arrival_s!r} s)")
+        due, delay = self._live_dispatch(arrival_s)
+        if delay is None:
+            raise ValueError(f"arrival at {arrival_s!r} s cannot be dispatched exactly from "
+                             f"now ({now!r} s); pick another time (can_add_at)")
         rid = len(self.requests)
         n_spec = self.config.speculative.num_speculative_tokens
         table = self._live_table
@@ -462,9 +469,36 @@ class Simulation:
         req = Request(rid, arrival_s, prompt_tokens, output_tokens, n_spec, hash_ids, table)
         self.requests.append(req)
         self.accepted_per_pos = table[:rid + 1]
-        ev = self.env.timeout(arrival_s - now)
+        self._live_dispatch_s = due
+        ev = self.env.timeout(delay)
         ev.callbacks.append(lambda _e: self._dispatch(req))
         return req
+
+    def can_add_at(self, arrival_s: float) -> bool:
+        """``add_request`` can take an arrival at ``arrival_s`` now: not in the past, not
+        before the last one, and its dispatch time reachable exactly (below)."""
+        now = self.env.now
+        if not arrival_s >= now or (self.requests and arrival_s < self.requests[-1].arrival_s):
+            return False
+        return self._live_dispatch(arrival_s)[1] is not None
+
+    def _live_dispatch(self, arrival_s: float) -> tuple[float, float | None]:
+        """When a pre-generated arrival at ``arrival_s`` would be dispatched, and the delay
+        from now that lands on that float exactly (None if none does). The arrivals
+        process (``_arrivals``) dispatches at the last dispatch time plus the gap to this
+        arrival (at once when it is not ahead); ``now + (t - now)`` can miss ``t`` by an
+        ulp, and from some ``now`` no delay lands on ``t`` at all."""
+        last = self._live_dispatch_s
+        due = last + (arrival_s - last) if arrival_s - last > 0 else last
+        now = self.env.now
+        delay = max(0.0, due - now)
+        for _ in range(8):
+            if now + delay == due:
+                return due, delay
+            delay = math.nextafter(delay, math.inf if now + delay < due else -math.inf)
+            if delay < 0:
+                break
+        return due, None
 
 
 def simulate(config: SimConfig, requests: RequestSpecs | None = None,
