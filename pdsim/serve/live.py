@@ -120,11 +120,14 @@ class LiveCluster:
                 self._check(lr, None)
         return n
 
-    @staticmethod
-    def arrival_after(t_s: float) -> float:
-        """The first grid time strictly after ``t_s``: arrivals never land in the past,
-        and a millisecond grid replays exactly from the request log."""
-        return (math.floor(t_s * ARRIVAL_GRID_PER_S) + 1) / ARRIVAL_GRID_PER_S
+    def arrival_after(self, t_s: float) -> float:
+        """The first grid time strictly after ``t_s`` that the simulation can take an
+        arrival at (``Simulation.can_add_at``): arrivals never land in the past, and a
+        millisecond grid replays exactly from the request log."""
+        k = math.floor(t_s * ARRIVAL_GRID_PER_S) + 1
+        while not self.sim.can_add_at(k / ARRIVAL_GRID_PER_S):
+            k += 1
+        return k / ARRIVAL_GRID_PER_S
 
     # ------------------------------------------------------------------ intake
 

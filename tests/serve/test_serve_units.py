@@ -83,19 +83,39 @@ def test_add_request_refuses_the_past_and_pregenerated_workloads() -> None:
         sim.add_request(100, 5, 0.25)
 
 
-@settings(max_examples=4, deadline=None)
+def test_a_live_arrival_is_dispatched_at_the_float_time_a_pregenerated_one_is() -> None:
+    """The arrivals process dispatches an arrival at 0.906 (the first) at 0.906; from now
+    = 0.0822 no delay lands there (``now + d`` skips it), so the simulation refuses it and
+    the server takes the next millisecond that it can dispatch exactly."""
+    cfg = load_config(MTP3).model_copy(update={"engine": EngineConfig(decode_runs="off")})
+    live = Simulation(cfg, _empty())
+    live.start()
+    live.env.run(until=0.0822)
+    assert not any(live.env.now + d == 0.906 for d in (0.906 - 0.0822, 0.8238, 0.8237999999999999))
+    assert not live.can_add_at(0.906)
+    with pytest.raises(ValueError, match="exactly"):
+        live.add_request(300, 8, 0.906)
+    t = next(k / 1000 for k in range(906, 920) if live.can_add_at(k / 1000))
+    live.add_request(300, 8, t)
+    while live.env.peek() < math.inf:
+        live.step()
+    got = live.finalize().records
+    want = Simulation(cfg, RequestSpecs(np.array([t]), np.array([300]),
+                                        np.array([8]))).run().records
+    assert got[0]["p_queued_s"] == t
+    assert [str(r) for r in got] == [str(r) for r in want]
+
+
+@settings(max_examples=8, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2000), st.integers(1, 3000), st.integers(1, 120)),
                 min_size=1, max_size=30))
 def test_live_intake_gives_the_records_of_the_same_arrivals_pregenerated(rows) -> None:
-    """Requests added while the simulation runs (each at a millisecond grid time not in
-    its past, as the server adds them) end exactly as the same requests pre-generated;
-    and no token is reported before the time of the step that emitted it."""
+    """Requests added while the simulation runs (each at the first millisecond, from the
+    one asked for, that it can take: as the server adds them) end exactly as the same
+    requests pre-generated; and no token is reported before the time of the step that
+    emitted it."""
     cfg = load_config(MTP3).model_copy(update={"engine": EngineConfig(decode_runs="off")})
     gaps_ms, prompts, outputs = zip(*rows, strict=True)
-    arrival = np.cumsum(gaps_ms) - gaps_ms[0]
-    arrival_s = (arrival / 1000.0).astype(np.float64)
-    offline = Simulation(cfg, RequestSpecs(arrival_s, np.array(prompts), np.array(outputs)))
-    want = offline.run()
     live = LiveCluster(cfg)
     seen: list[Event] = []
     late: list[float] = []
@@ -104,11 +124,19 @@ def test_live_intake_gives_the_records_of_the_same_arrivals_pregenerated(rows) -
         seen.append(ev)
         late.append(live.now_s - ev.at_s)
 
-    for t, p, o in zip(arrival_s.tolist(), prompts, outputs, strict=True):
-        live.advance_to(math.nextafter(t, -math.inf))
-        live.submit(p, o, t, note)
+    ms, arrivals = 0, []
+    for gap, p, o in zip(gaps_ms, prompts, outputs, strict=True):
+        ms += gap if arrivals else 0
+        live.advance_to(math.nextafter(ms / 1000, -math.inf))
+        while not live.sim.can_add_at(ms / 1000):
+            ms += 1
+        arrivals.append(ms / 1000)
+        live.submit(p, o, ms / 1000, note)
     live.advance_to(math.inf)
     got = live.results()
+    offline = Simulation(cfg, RequestSpecs(np.array(arrivals), np.array(prompts),
+                                           np.array(outputs)))
+    want = offline.run()
     assert [str(r) for r in got.records] == [str(r) for r in want.records]
     assert min(late) >= 0.0  # reported once the clock got there, never before
     tokens = sum(ev.tokens for ev in seen if ev.kind == "tokens")
