@@ -89,9 +89,10 @@ def register(app: typer.Typer) -> None:
 
         asyncio.run(run_servers(state, host, port, pd_endpoints, announce))
         res = state.cluster.results()
-        res.partial = bool(state.cluster.live)
+        in_flight = len(state.cluster.live) + len(state.cluster.held)
+        res.partial = in_flight > 0
         print(f"pdsim serve: stopped; {len(state.log)} request(s) served, "
-              f"{len(state.cluster.live)} still in flight; clock lag at most "
+              f"{in_flight} still in flight; clock lag at most "
               f"{state.driver.max_lag_s:.4f} s (wall)", flush=True)
         if out is not None:
             from pdsim.output import write_atomic
