@@ -8,6 +8,7 @@ influence each other.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from itertools import count
 
@@ -99,6 +100,13 @@ class Simulation:
         self.closed_loop = self.specs.closed_loop_concurrency is not None
         self.faults = FaultState(config.faults, self.streams.get("faults"))
         self._transfers: dict[int, tuple[int, Instance, Instance]] = {}
+        # live serving (pdsim serve): requests whose instance a client addressed (the router
+        # is skipped), and those whose P -> D hand-over the client makes (``send_to_decode``)
+        self.route_to: dict[int, str] = {}
+        self.client_handover: set[int] = set()
+        # the acceptance table of requests added live (``add_request``), with room to grow
+        self._live_table: np.ndarray | None = None
+        self._live_dispatch_s = 0.0  # when the last request added live is dispatched
 
     # ------------------------------------------------------------------- run
 
@@ -169,6 +177,9 @@ class Simulation:
         cands: Sequence[Instance] = [i for i in group if i.up]
         if not cands:
             return None
+        addressed = self.route_to.get(req.id)
+        if addressed is not None:  # a client chose the instance (pdsim serve --pd-endpoints)
+            return next((i for i in cands if i.name == addressed), None)
         if cands[0].role in self._fit_varies:
             fit = [i for i in cands if tokens <= i.max_fit_tokens]
             cands = fit or cands
@@ -223,11 +234,21 @@ class Simulation:
         params.remote_engine_id = p.name
         params.remote_num_tokens = req.p_prompt_tokens
         params.remote_block_ids = tuple(p.pool.tables.get(req.id, ()))
+        if req.id in self.client_handover:
+            self._watch_leases(p)  # P keeps the blocks for the lease; the client forwards
+            return
         d = self._choose(self.decodes, req, req.prompt_tokens + req.output_target)
         if d is None:
             p.release_pinned(req)
             self.fail(req, "no_instance_up")
             return
+        self.send_to_decode(req, d)
+
+    def send_to_decode(self, req: Request, d: Instance) -> None:
+        """Forward ``req``, whose prefill ``p_instance`` has finished, to decode instance
+        ``d`` with its kv_transfer_params: the proxy's second hop (the built-in one, or a
+        client's under ``client_handover``)."""
+        p = self.by_name[req.p_instance]
         req.d_instance = d.name
         req.d_queued_s = self.env.now
         req.seq_tokens = req.prompt_tokens
@@ -410,6 +431,74 @@ class Simulation:
             self._release_next()
         if self.num_done == len(self.requests) and not self._all_done.triggered:
             self._all_done.succeed()
+
+    # ------------------------------------------------------------ live intake
+
+    def add_request(self, prompt_tokens: int, output_tokens: int, arrival_s: float,
+                    hash_ids: tuple[int, ...] | None = None) -> Request:
+        """Admit a request into the running simulation (after ``start``; live intake, as
+        ``pdsim serve`` does): it is stored after the others (its id is the next one) and
+        dispatched at ``arrival_s``, which may not lie in the simulated past nor before the
+        last request's arrival, exactly as a pre-generated arrival at that time would be:
+        at the same float time (from some ``now`` no delay lands there; ``can_add_at``
+        says, and ``ValueError`` is raised). Only a simulation built with no pre-generated
+        requests takes them (its arrivals process would release them a second time)."""
+        if len(self.specs):
+            raise ValueError("add_request needs a simulation built with no requests")
+        now = self.env.now
+        if not arrival_s >= now:
+            raise ValueError(f"arrival at {arrival_s!r} s is in the simulated past "
+                             f"(now {now!r} s)")
+        if self.requests and arrival_s < self.requests[-1].arrival_s:
+            raise ValueError(f"arrival at {arrival_s!r} s is before the last one "
+                             f"({self.requests[-1].arrival_s!r} s)")
+        due, delay = self._live_dispatch(arrival_s)
+        if delay is None:
+            raise ValueError(f"arrival at {arrival_s!r} s cannot be dispatched exactly from "
+                             f"now ({now!r} s); pick another time (can_add_at)")
+        rid = len(self.requests)
+        n_spec = self.config.speculative.num_speculative_tokens
+        table = self._live_table
+        if table is None or rid >= len(table):
+            # storage that grows: double the acceptance table, point the requests at it
+            grown = np.zeros((max(64, 2 * rid), n_spec), dtype=np.int64)
+            grown[:rid] = self.accepted_per_pos[:rid]
+            for r in self.requests:
+                r._accepted = grown
+            self._live_table = table = grown
+        req = Request(rid, arrival_s, prompt_tokens, output_tokens, n_spec, hash_ids, table)
+        self.requests.append(req)
+        self.accepted_per_pos = table[:rid + 1]
+        self._live_dispatch_s = due
+        ev = self.env.timeout(delay)
+        ev.callbacks.append(lambda _e: self._dispatch(req))
+        return req
+
+    def can_add_at(self, arrival_s: float) -> bool:
+        """``add_request`` can take an arrival at ``arrival_s`` now: not in the past, not
+        before the last one, and its dispatch time reachable exactly (below)."""
+        now = self.env.now
+        if not arrival_s >= now or (self.requests and arrival_s < self.requests[-1].arrival_s):
+            return False
+        return self._live_dispatch(arrival_s)[1] is not None
+
+    def _live_dispatch(self, arrival_s: float) -> tuple[float, float | None]:
+        """When a pre-generated arrival at ``arrival_s`` would be dispatched, and the delay
+        from now that lands on that float exactly (None if none does). The arrivals
+        process (``_arrivals``) dispatches at the last dispatch time plus the gap to this
+        arrival (at once when it is not ahead); ``now + (t - now)`` can miss ``t`` by an
+        ulp, and from some ``now`` no delay lands on ``t`` at all."""
+        last = self._live_dispatch_s
+        due = last + (arrival_s - last) if arrival_s - last > 0 else last
+        now = self.env.now
+        delay = max(0.0, due - now)
+        for _ in range(8):
+            if now + delay == due:
+                return due, delay
+            delay = math.nextafter(delay, math.inf if now + delay < due else -math.inf)
+            if delay < 0:
+                break
+        return due, None
 
 
 def simulate(config: SimConfig, requests: RequestSpecs | None = None,

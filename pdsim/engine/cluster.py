@@ -61,3 +61,6 @@ class EngineHooks:
     run_planned: list[Callable[[Instance, DecodeRun], None]] = field(default_factory=list)
     # an instance freed a request's blocks: (instance, request id, whether it held a table)
     blocks_freed: list[Callable[[Instance, int, bool], None]] = field(default_factory=list)
+    # an instance ended one engine step (taken alone, not inside a decode run) at the time
+    # given: what it emitted is in its requests and decode rows (``pdsim serve`` streams it)
+    step_completed: list[Callable[[Instance, float], None]] = field(default_factory=list)

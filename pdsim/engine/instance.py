@@ -415,3 +415,5 @@ class Instance:
         self.scheduler.update_from_output(plan, step, now)
         self.steps.add(start_s, now, b.prefill_tokens, b.decode_requests, self.pool.num_used,
                        len(self.running), len(self.waiting), len(self.receiving))
+        for hook in self.hooks.step_completed:
+            hook(self, now)
