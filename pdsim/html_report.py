@@ -78,7 +78,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in r) + "</tr>"
                    for r in rows)
@@ -117,7 +117,7 @@ def summary_html(runs: Mapping[str, RunData], only: Sequence[str] | None = None)
         if two:
             row.append(format_change(k, *vals))
         rows.append(row)
-    return _table(headers, rows)
+    return html_table(headers, rows)
 
 
 def _scaled(v: Any, scale: float) -> Any:
@@ -137,7 +137,7 @@ def instances_html(instances: Mapping[str, Mapping[str, Any]]) -> str | None:
              round(float(inst["mean_running"]), 2), inst.get("steps"),
              inst.get("preemptions")]
             for name, inst in instances.items()]
-    return _table(["instance", "pool", "role", "busy (%)", "KV usage (%)", "running",
+    return html_table(["instance", "pool", "role", "busy (%)", "KV usage (%)", "running",
                    "steps", "preemptions"], rows)
 
 
@@ -149,7 +149,7 @@ def sweep_table_html(table: SweepTable) -> str:
     rows = [[r.get("point", i), *(p.get(k) for k in table.params),
              *(r.get(k) for k in (*extra, *metrics))]
             for i, (r, p) in enumerate(zip(table.rows, table.point_params, strict=True))]
-    return _table(headers, rows)
+    return html_table(headers, rows)
 
 
 # ------------------------------------------------------------------------- figures
@@ -305,7 +305,7 @@ def _color(i: int) -> str:
 
 # ------------------------------------------------------------------------- the page
 
-class _Page:
+class HtmlPage:
     def __init__(self, title: str) -> None:
         self.title = title
         self.parts: list[str] = []
@@ -355,7 +355,7 @@ def runs_report(title: str, runs: Mapping[str, RunData], config_text: str | None
     """The page of one run, or of a comparison's variants (``pd_before_fix`` and
     ``pd_after_fix`` get the before/after chart)."""
     require_plotly()
-    page = _Page(title)
+    page = HtmlPage(title)
     page.heading("Summary")
     page.raw(summary_html(runs, HEADLINE_KEYS))
     page.raw("<details><summary>every summary value</summary>" + summary_html(runs)
@@ -394,7 +394,7 @@ def runs_report(title: str, runs: Mapping[str, RunData], config_text: str | None
 def sweep_report(title: str, table: SweepTable, config_text: str | None) -> str:
     """The page of a sweep: the table of points and the sweep curves."""
     require_plotly()
-    page = _Page(title)
+    page = HtmlPage(title)
     page.heading("Sweep points")
     page.raw(sweep_table_html(table))
     page.heading("Sweep curves")

@@ -115,10 +115,10 @@ def report_html(pl: Plan, title: str, notes: list[str]) -> str:
     """The plan's section of the HTML report (a standalone page; needs plotly)."""
     import plotly.graph_objects as go
 
-    from pdsim.html_report import _Page, _table, require_plotly
+    from pdsim.html_report import HtmlPage, html_table, require_plotly
 
     require_plotly()
-    page = _Page(title)
+    page = HtmlPage(title)
     page.heading("Plan: Pareto front")
     for n in notes:
         page.note(n)
@@ -133,7 +133,7 @@ def report_html(pl: Plan, title: str, notes: list[str]) -> str:
                      p.rate_per_s, r["output_tok_s_per_gpu"], r["tok_s_per_user"],
                      r["goodput_req_s_per_gpu"], r["ties"] or "-", r["fitted"],
                      r["borrowed"], r["not_fitted"]])
-    page.raw(_table(headers, rows))
+    page.raw(html_table(headers, rows))
     feasible = [p for p in pl.points if p.status == "feasible"]
     front = sorted((pl.points[i] for i in pl.front), key=lambda p: p.tok_s_per_user)
     fig = go.Figure()
@@ -147,7 +147,7 @@ def report_html(pl: Plan, title: str, notes: list[str]) -> str:
                       yaxis_title="output tokens/s per GPU", height=480)
     page.chart(fig, "no feasible candidate")
     page.heading("All candidates")
-    page.raw(_table(["#", "deployment", "status", "reason"],
+    page.raw(html_table(["#", "deployment", "status", "reason"],
                     [[p.index, p.label, p.status, p.reason] for p in pl.points]))
     return page.render()
 
