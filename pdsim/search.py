@@ -24,7 +24,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import math
 import multiprocessing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -174,23 +174,47 @@ def max_rate_meeting_slo(cfg: SimConfig, lo: float | None = None, hi: float | No
         return tried[rate][0].slo_met
 
     rate0 = float(cfg.workload.arrivals.rate_per_s)  # type: ignore[union-attr]
+    search = bisect_rates(rate0, tol, lo, hi)
+    verdict: bool | None = None
+    try:
+        while True:
+            rate = search.send(verdict) if verdict is not None else next(search)
+            verdict = met(rate)
+    except StopIteration as stop:
+        good, bad = stop.value
+    return RateSearch(rate_per_s=good, failing_rate_per_s=bad, trials=order,
+                      summary=tried[good][1] if good is not None else None)
+
+
+RateBisection = Generator[float, bool, tuple[float | None, float | None]]
+
+
+def bisect_rates(rate0: float, tol: float, lo: float | None = None,
+                 hi: float | None = None) -> RateBisection:
+    """The rate search as a generator: yields the next rate to try, is sent whether it met
+    the SLOs, returns ``(highest meeting, lowest failing)`` (None where none was found).
+    It tries ``lo`` and ``hi`` if given (a failing ``lo`` bounds the search), else
+    ``rate0``; doubles until a rate fails or halves until one meets (at most
+    ``MAX_BRACKET_STEPS`` each), then bisects to ``tol`` of the failing rate. The caller
+    decides how to run each rate (``max_rate_meeting_slo`` one at a time, ``pdsim plan``
+    many candidates' rates per round)."""
     good: float | None = None
     bad: float | None = None
     if lo is not None:
-        good, bad = (lo, None) if met(lo) else (None, lo)
-    if hi is not None and bad is None:  # a failing lo already bounds the search
-        if met(hi):
+        good, bad = (lo, None) if (yield lo) else (None, lo)
+    if hi is not None and bad is None:
+        if (yield hi):
             good = hi
         else:
             bad = hi
     if good is None and bad is None:
-        good, bad = (rate0, None) if met(rate0) else (None, rate0)
+        good, bad = (rate0, None) if (yield rate0) else (None, rate0)
     steps = 0
     while bad is None and steps < MAX_BRACKET_STEPS:  # grow until a rate fails
         assert good is not None
         r = good * 2.0
         steps += 1
-        if met(r):
+        if (yield r):
             good = r
         else:
             bad = r
@@ -199,19 +223,18 @@ def max_rate_meeting_slo(cfg: SimConfig, lo: float | None = None, hi: float | No
         assert bad is not None
         r = bad / 2.0
         steps += 1
-        if met(r):
+        if (yield r):
             good = r
         else:
             bad = r
     if good is not None and bad is not None:
         while bad - good > tol * bad:
             mid = (good + bad) / 2.0
-            if met(mid):
+            if (yield mid):
                 good = mid
             else:
                 bad = mid
-    return RateSearch(rate_per_s=good, failing_rate_per_s=bad, trials=order,
-                      summary=tried[good][1] if good is not None else None)
+    return good, bad
 
 
 # ------------------------------------------------------------------ P:D split

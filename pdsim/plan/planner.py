@@ -22,7 +22,7 @@ stopped.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from pdsim.plan.space import (
     enumerate_candidates,
 )
 from pdsim.plan.spec import PlanSpec
-from pdsim.search import MAX_BRACKET_STEPS, check_searchable, trial_config
+from pdsim.search import RateBisection, bisect_rates, check_searchable, trial_config
 
 ProgressFn = Callable[[int, int], None]
 
@@ -128,44 +128,7 @@ class Plan:
 
 # ------------------------------------------------------------------ rate searches
 
-Search = Generator[float, bool, tuple[float | None, float | None]]
-
-
-def bisect_rates(rate0: float, tol: float) -> Search:
-    """``max_rate_meeting_slo``'s search as a generator: yields rates, is sent whether each
-    met the SLOs, returns ``(highest meeting, lowest failing)``."""
-    good: float | None = None
-    bad: float | None = None
-    if (yield rate0):
-        good = rate0
-    else:
-        bad = rate0
-    steps = 0
-    while bad is None and steps < MAX_BRACKET_STEPS:
-        assert good is not None
-        steps += 1
-        r = good * 2.0
-        if (yield r):
-            good = r
-        else:
-            bad = r
-    steps = 0
-    while good is None and steps < MAX_BRACKET_STEPS:
-        assert bad is not None
-        steps += 1
-        r = bad / 2.0
-        if (yield r):
-            good = r
-        else:
-            bad = r
-    if good is not None and bad is not None:
-        while bad - good > tol * bad:
-            mid = (good + bad) / 2.0
-            if (yield mid):
-                good = mid
-            else:
-                bad = mid
-    return good, bad
+Search = RateBisection
 
 
 def _remaining(lo: float | None, hi: float | None, tol: float) -> int:
@@ -434,4 +397,4 @@ def _search(cfg: SimConfig, spec: PlanSpec, points: list[PlanPoint],
     return rounds
 
 
-__all__ = ["Plan", "PlanPoint", "bisect_rates", "plan", "provenance"]
+__all__ = ["Plan", "PlanPoint", "plan", "provenance"]

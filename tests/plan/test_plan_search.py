@@ -14,7 +14,7 @@ from plan_support import small_config, small_spec
 from pdsim.plan import Plan, plan
 from pdsim.plan.front import dominates, pareto_front
 from pdsim.plan.outputs import plan_csv
-from pdsim.plan.planner import bisect_rates
+from pdsim.search import bisect_rates
 
 
 @pytest.fixture(scope="module")
