@@ -83,6 +83,8 @@ def test_roofline_model_may_come_from_the_profile_but_unknown_keys_may_not() -> 
 
 
 def _doc_yaml_blocks() -> list[tuple[str, str]]:
+    """Every ```yaml block of the docs is a pdsim config (or a sweep spec); a block of
+    another program's YAML names its file after the language (```yaml prometheus.yml)."""
     blocks = []
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         if path.name in DELIBERATELY_BAD:
