@@ -302,6 +302,11 @@ class SchedulerConfig(StrictModel):
     """Most prompt tokens one request may prefill per step; null: no limit."""
     enable_prefix_caching: bool = False
     """Reuse KV blocks of shared prompt prefixes (vLLM --enable-prefix-caching)."""
+    prefill_policy: Literal["mixed", "prefill_first"] = "mixed"
+    """mixed: decode rows and prefill chunks share a step (vLLM v1, TensorRT-LLM in-flight
+    batching); prefill_first: a step that can run prompt work runs only prefill chunks, up to
+    max_num_batched_tokens, and the decode rows wait (SGLang's default scheduler, without
+    --enable-mixed-chunk)."""
 
 
 class ConnectorConfig(StrictModel):

@@ -242,3 +242,43 @@ def test_prefill_budget_below_lookahead_is_rejected_or_completes(limit: str) -> 
         return  # rejecting the config is a fine answer
     res = Simulation(cfg).run()
     assert res.summary["completed"] == 2
+
+
+# ------------------------------------------------------------ prefill policy
+
+
+def _wave_cfg(policy: str, method: str = "none") -> SimConfig:
+    return make_config("cluster.mode=colocated", "workload.num_requests=24",
+                       "workload.arrivals={kind: closed_loop, concurrency: 8}",
+                       "cluster.colocated.scheduler.max_num_batched_tokens=700",
+                       f"cluster.colocated.scheduler.prefill_policy={policy}",
+                       method=method)
+
+
+@pytest.mark.parametrize("method", ["none", "mtp"])
+def test_prefill_first_never_mixes(method: str) -> None:
+    """prefill_first (SGLang's default): no step runs prompt tokens and decode rows
+    together, every request finishes; mixed (vLLM) does mix on the same workload."""
+    res = Simulation(_wave_cfg("prefill_first", method)).run()
+    assert not terminal_problems(res.records)
+    assert res.summary["completed"] == 24
+    log = res.instances[0].step_log
+    prompt_steps = log[:, PREFILL] > 0
+    if method == "none":
+        assert (log[prompt_steps, DECODE_REQS] == 0).all()
+    assert (log[~prompt_steps, DECODE_REQS] > 0).all()
+    mixed = Simulation(_wave_cfg("mixed", method)).run().instances[0].step_log
+    assert ((mixed[:, PREFILL] > 0) & (mixed[:, DECODE_REQS] > 0)).any()
+
+
+def test_prefill_first_keeps_closed_loop_waves() -> None:
+    """Fixed lengths in a closed loop: with prefill_first every round is a burst of C
+    prompts (the later rounds' TTFT equals the first's); mixed steps stagger them."""
+    def round_ttft(policy: str) -> tuple[float, float]:
+        recs = sorted(Simulation(_wave_cfg(policy)).run().records, key=lambda r: r["request_id"])
+        ttft = np.array([r["ttft_s"] for r in recs])
+        return float(ttft[:8].mean()), float(ttft[8:].mean())
+    first, rest = round_ttft("prefill_first")
+    assert rest == pytest.approx(first, rel=1e-6)
+    first_m, rest_m = round_ttft("mixed")
+    assert rest_m < 0.8 * first_m
