@@ -94,6 +94,13 @@ MAX_BATCH_PER_RANK = 4096
 MEMORY_RULES: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 """Each backend's KV-memory rule (``memory_rule``, pdsim.perf.memory)."""
 
+PREFILL_POLICIES: dict[str, str] = {"trtllm": "mixed", "vllm": "mixed",
+                                    "sglang": "prefill_first"}
+"""Each backend's step composition (``scheduler.prefill_policy``): vLLM v1 and TensorRT-LLM's
+in-flight batching mix prefill chunks into decode steps; SGLang's default scheduler runs a
+prefill batch alone whenever prompts wait (``enable_mixed_chunk`` is off by default), so a
+closed loop of fixed-length requests stays in waves (docs/validation-silicon.md)."""
+
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.8
 """``kv_cache_config.free_gpu_memory_fraction`` as AIConfigurator's generator writes it
 (``backend_templates/trtllm/extra_engine_args.yaml.j2``: ``default(0.80)``)."""
@@ -383,7 +390,8 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
     tokens = _round_up(tokens, plan.block_tokens)
     st = _step_time(plan, lay)
     sched: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens,
-                             "block_size": plan.block_tokens}
+                             "block_size": plan.block_tokens,
+                             "prefill_policy": PREFILL_POLICIES[plan.backend]}
     if plan.backend == "trtllm":
         sched["max_num_seqs"] = _no_evict_seqs(plan, role, st, sched)
     return {"count": lay.instances, "kv_cache_gib": None, "step_time": st,

@@ -160,6 +160,47 @@ def test_memory_rule_kv_dtype_and_admission_follow_the_backend() -> None:
                            model_path="meta-llama/Llama-3.1-70B")).kv_dtype == "bf16"
 
 
+def test_prefill_policy_follows_the_backend() -> None:
+    # SGLang runs prefill batches alone (no mixed chunk by default); vLLM and TensorRT-LLM
+    # mix prefill chunks into decode steps
+    for backend, policy in (("sglang", "prefill_first"), ("vllm", "mixed"),
+                            ("trtllm", "mixed")):
+        cfg = S.build_config(S.plan_row(_row(backend=backend)))
+        assert cfg["cluster"]["colocated"]["scheduler"]["prefill_policy"] == policy
+        assert pdsim.load_config(cfg).cluster.colocated.scheduler.prefill_policy == policy
+    disagg = S.build_config(S.plan_row(_row(
+        backend="sglang", mode="disagg", tp_size="", moe_tp_size="", moe_ep_size="",
+        batch_size="", prefill_num_workers="1", prefill_tp_size="8",
+        prefill_attention_dp_size="1", prefill_moe_tp_size="8", prefill_moe_ep_size="1",
+        prefill_batch_size="1", decode_num_workers="1", decode_tp_size="8",
+        decode_attention_dp_size="1", decode_moe_tp_size="8", decode_moe_ep_size="1",
+        decode_batch_size="64")))
+    assert {disagg["cluster"][r]["scheduler"]["prefill_policy"]
+            for r in ("prefill", "decode")} == {"prefill_first"}
+
+
+def test_gap_analysis_reads_fit_rows_only() -> None:
+    from validation import silicon_gap as G
+    fields = {}
+    scores = []
+    for i, c in enumerate((4, 8, 16, 64)):
+        rid = f"r{i}"
+        fields[rid] = _row(id=rid).fields
+        for split in ("fit", "held-out"):
+            meas = 100.0 * c if split == "fit" else 1.0  # held-out rows must not count
+            scores.append({"row_id": rid, "split": split, "error": "", "preemptions": 0,
+                           "partition": "trtllm agg b200_sxm", "model": "m/DeepSeek-R1",
+                           "isl": 1024, "concurrency": c, "measured_ttft_ms": meas,
+                           "pdsim_ttft_ms": 50.0})
+    fit = G.fit_scores(scores)
+    assert len(fit) == 4
+    gaps = G.low_concurrency_gaps(fit)
+    assert gaps == [("trtllm agg b200_sxm", "DeepSeek-R1", 1024, 2, 550.0, 600.0, 50.0)]
+    ((name, n, b_meas, b_sim, ratio),) = G.concurrency_exponents(fit, fields)
+    assert (name, n, ratio) == ("trtllm agg", 1, 8.0)
+    assert b_meas == pytest.approx(1.0) and b_sim == pytest.approx(0.0, abs=1e-12)
+
+
 def test_no_evict_admission_caps_the_batch_at_what_the_pool_holds_whole() -> None:
     """Llama-70B fp8 on one H200 with 8192/1024 at C 256: the pool cannot hold 256 whole
     requests, so TensorRT-LLM's GUARANTEED_NO_EVICT runs fewer and pdsim never preempts."""
