@@ -71,7 +71,7 @@ def concurrency_exponents(scores: list[dict[str, Any]], fields: dict[str, dict[s
     groups: dict[tuple[str, ...], dict[int, dict[str, Any]]] = collections.defaultdict(dict)
     for s in scores:
         f = fields[s["row_id"]]
-        key = tuple(f[c] for c in GROUP_COLUMNS) + (f["silicon_data_source"].split(";")[0],)
+        key = (*(f[c] for c in GROUP_COLUMNS), f["silicon_data_source"].split(";")[0])
         groups[key][s["concurrency"]] = s
     per: dict[str, list[tuple[float, float, float]]] = collections.defaultdict(list)
     for key, by_c in groups.items():
