@@ -160,14 +160,13 @@ def test_memory_rule_kv_dtype_and_admission_follow_the_backend() -> None:
                            model_path="meta-llama/Llama-3.1-70B")).kv_dtype == "bf16"
 
 
-def test_prefill_policy_follows_the_backend() -> None:
-    # SGLang runs prefill batches alone (no mixed chunk by default); vLLM and TensorRT-LLM
-    # mix prefill chunks into decode steps
-    for backend, policy in (("sglang", "prefill_first"), ("vllm", "mixed"),
-                            ("trtllm", "mixed")):
-        cfg = S.build_config(S.plan_row(_row(backend=backend)))
-        assert cfg["cluster"]["colocated"]["scheduler"]["prefill_policy"] == policy
-        assert pdsim.load_config(cfg).cluster.colocated.scheduler.prefill_policy == policy
+def test_prefill_policy_reaches_every_role(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the backend's policy (PREFILL_POLICIES) is what every instance group's scheduler runs
+    monkeypatch.setitem(S.PREFILL_POLICIES, "sglang", "prefill_first")
+    cfg = S.build_config(S.plan_row(_row(backend="sglang")))
+    assert pdsim.load_config(cfg).cluster.colocated.scheduler.prefill_policy == "prefill_first"
+    assert S.build_config(S.plan_row(_row()))["cluster"]["colocated"]["scheduler"][
+        "prefill_policy"] == S.PREFILL_POLICIES["trtllm"]
     disagg = S.build_config(S.plan_row(_row(
         backend="sglang", mode="disagg", tp_size="", moe_tp_size="", moe_ep_size="",
         batch_size="", prefill_num_workers="1", prefill_tp_size="8",
