@@ -404,6 +404,9 @@ class RouterConfig(StrictModel):
     prefix_aware: those and prefix)."""
     cache_aware: CacheAwareRouting = CacheAwareRouting()
     """Thresholds of the cache_aware policy (vLLM router's defaults)."""
+    frontend_latency_s: Annotated[NonNegFloat, seconds_bound()] = 0.0
+    """Seconds from a request's arrival to its dispatch to an instance (HTTP, tokenization,
+    the serving frontend); TTFT and end-to-end latency include it, TPOT does not."""
 
 
 class SLOConfig(StrictModel):

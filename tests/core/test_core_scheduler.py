@@ -282,3 +282,19 @@ def test_prefill_first_keeps_closed_loop_waves() -> None:
     assert rest == pytest.approx(first, rel=1e-6)
     first_m, rest_m = round_ttft("mixed")
     assert rest_m < 0.8 * first_m
+
+
+def test_frontend_latency_adds_to_ttft_only() -> None:
+    """router.frontend_latency_s: every request reaches the engine that much later, so its
+    TTFT (and end-to-end) grows by it; TPOT does not move. One request at a time, so
+    nothing else changes."""
+    def run(latency: float) -> Any:
+        return Simulation(make_config(
+            "cluster.mode=colocated", "workload.num_requests=6",
+            "workload.arrivals={kind: closed_loop, concurrency: 1}",
+            f"router.frontend_latency_s={latency}", method="none")).run().records
+    base, late = run(0.0), run(0.25)
+    for a, b in zip(base, late, strict=True):
+        assert b["ttft_s"] == pytest.approx(a["ttft_s"] + 0.25, abs=1e-9)
+        assert b["e2e_s"] == pytest.approx(a["e2e_s"] + 0.25, abs=1e-9)
+        assert b["tpot_s"] == pytest.approx(a["tpot_s"], abs=1e-12)
