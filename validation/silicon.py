@@ -103,6 +103,13 @@ requests then stays in waves), but on 65 fit SGLang rows it moved the median TTF
 slow) and the mean TPOT error from 20.4% to 22.5%, so the suite keeps ``mixed`` for SGLang
 too (docs/validation-silicon.md, "Why TTFT is short")."""
 
+FRONTEND_LATENCY_S: dict[str, float] = {"sglang": 0.241, "trtllm": 0.160, "vllm": 0.056}
+"""Each backend's per-request cost on the way in (``router.frontend_latency_s``, seconds):
+the median measured - pdsim TTFT over the fit rows at concurrency <= 8 (56 SGLang, 126
+TensorRT-LLM, 67 vLLM rows), where queueing and waves are smallest, scored without it;
+refit with ``python -m validation.silicon_gap --fit-frontend``. Fit rows only; no held-out
+row was used (docs/validation-silicon.md, "Why TTFT is short")."""
+
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.8
 """``kv_cache_config.free_gpu_memory_fraction`` as AIConfigurator's generator writes it
 (``backend_templates/trtllm/extra_engine_args.yaml.j2``: ``default(0.80)``)."""
@@ -445,7 +452,8 @@ def build_config(plan: Plan) -> dict[str, Any]:
         "model": {"profile": plan.model},
         "speculative": {"method": "none"},
         "step_time": root,
-        "router": {"policy": "round_robin"},
+        "router": {"policy": "round_robin",
+                   "frontend_latency_s": FRONTEND_LATENCY_S.get(plan.backend, 0.0)},
         "cluster": cluster,
         "workload": {"num_requests": n,
                      "arrivals": {"kind": "closed_loop", "concurrency": c},

@@ -91,12 +91,61 @@ def concurrency_exponents(scores: list[dict[str, Any]], fields: dict[str, dict[s
     return out
 
 
+def fit_frontend_latency(scores: list[dict[str, Any]]) -> dict[str, tuple[float, int]]:
+    """Per backend, (median measured - pdsim TTFT in seconds, rows) over the fit rows at
+    C <= LOW_CONCURRENCY scored without a frontend latency: the per-request cost on the
+    way in that the rows show where queueing and waves are smallest."""
+    gaps: dict[str, list[float]] = collections.defaultdict(list)
+    for s in fit_scores(scores):
+        if s["concurrency"] <= LOW_CONCURRENCY:
+            gaps[s["partition"].split()[0]].append(
+                (s["measured_ttft_ms"] - s["pdsim_ttft_ms"]) / 1e3)
+    return {b: (float(np.median(v)), len(v)) for b, v in sorted(gaps.items())}
+
+
+def score_low_concurrency_fit_rows() -> list[dict[str, Any]]:
+    """Score every expressible fit row at C <= LOW_CONCURRENCY with no frontend latency
+    (the rows ``fit_frontend_latency`` reads)."""
+    from dataclasses import asdict
+
+    from validation import silicon as S
+
+    out = []
+    saved = dict(S.FRONTEND_LATENCY_S)
+    S.FRONTEND_LATENCY_S.clear()
+    try:
+        for row in S.load_sample():
+            if row.split != "fit":
+                continue
+            try:
+                if S.plan_row(row).concurrency > LOW_CONCURRENCY:
+                    continue
+                out.append(asdict(S.score_row(row)))
+            except S.NotExpressible:
+                continue
+    finally:
+        S.FRONTEND_LATENCY_S.update(saved)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m validation.silicon_gap", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scores", type=Path, help="JSON of `python -m validation.silicon --json`")
+    ap.add_argument("scores", type=Path, nargs="?",
+                    help="JSON of `python -m validation.silicon --json`")
     ap.add_argument("--csv", type=Path, default=CSV_PATH)
+    ap.add_argument("--fit-frontend", action="store_true",
+                    help="score the fit rows at C <= 8 without a frontend latency and print "
+                         "each backend's fitted frontend_latency_s")
     args = ap.parse_args(argv)
+    if args.fit_frontend:
+        for backend, (latency, n) in fit_frontend_latency(
+                score_low_concurrency_fit_rows()).items():
+            print(f"{backend}: frontend_latency_s {latency:.3f} (median of {n} fit rows)")
+        return 0
+    if args.scores is None:
+        print("error: scores: give a scores JSON or --fit-frontend", file=sys.stderr)
+        return 2
     try:
         scores = json.loads(args.scores.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

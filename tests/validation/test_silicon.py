@@ -178,6 +178,23 @@ def test_prefill_policy_reaches_every_role(monkeypatch: pytest.MonkeyPatch) -> N
             for r in ("prefill", "decode")} == {"prefill_first"}
 
 
+def test_frontend_latency_follows_the_backend() -> None:
+    for backend in ("trtllm", "sglang", "vllm"):
+        cfg = pdsim.load_config(S.build_config(S.plan_row(_row(backend=backend))))
+        assert cfg.router.frontend_latency_s == S.FRONTEND_LATENCY_S[backend] > 0
+
+
+def test_frontend_fit_is_the_low_concurrency_median_of_fit_rows() -> None:
+    from validation import silicon_gap as G
+    base = {"error": "", "preemptions": 0, "pdsim_ttft_ms": 40.0}
+    scores = [{**base, "split": "fit", "partition": "vllm agg h200_sxm", "concurrency": c,
+               "measured_ttft_ms": m} for c, m in ((4, 90.0), (8, 100.0), (8, 140.0),
+                                                    (64, 900.0))]
+    scores.append({**base, "split": "held-out", "partition": "vllm agg h200_sxm",
+                   "concurrency": 4, "measured_ttft_ms": 5000.0})
+    assert G.fit_frontend_latency(scores) == {"vllm": (pytest.approx(0.060), 3)}
+
+
 def test_gap_analysis_reads_fit_rows_only() -> None:
     from validation import silicon_gap as G
     fields = {}
