@@ -152,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.scores}: {exc}", file=sys.stderr)
         return 2
     fields = {r.id: r.fields for r in load_sample(args.csv)}
-    fit = [s for s in fit_scores(scores) if s["row_id"] in fields]
+    try:
+        fit = [s for s in fit_scores(scores) if s["row_id"] in fields]
+    except (KeyError, TypeError) as exc:
+        print(f"error: {args.scores}: not a list of scored rows ({exc!r} missing or wrong)",
+              file=sys.stderr)
+        return 2
     print(f"{len(fit)} fit rows without preemptions\n")
     print(f"Gap at C <= {LOW_CONCURRENCY} (measured - pdsim, medians):")
     print("| partition | model | ISL | rows | gap ms | measured ms | pdsim ms |")
