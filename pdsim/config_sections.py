@@ -302,6 +302,11 @@ class SchedulerConfig(StrictModel):
     """Most prompt tokens one request may prefill per step; null: no limit."""
     enable_prefix_caching: bool = False
     """Reuse KV blocks of shared prompt prefixes (vLLM --enable-prefix-caching)."""
+    prefill_policy: Literal["mixed", "prefill_first"] = "mixed"
+    """mixed: decode rows and prefill chunks share a step (vLLM v1, TensorRT-LLM in-flight
+    batching); prefill_first: a step that can run prompt work runs only prefill chunks, up to
+    max_num_batched_tokens, and the decode rows wait (SGLang's default scheduler, without
+    --enable-mixed-chunk)."""
 
 
 class ConnectorConfig(StrictModel):
@@ -399,6 +404,9 @@ class RouterConfig(StrictModel):
     prefix_aware: those and prefix)."""
     cache_aware: CacheAwareRouting = CacheAwareRouting()
     """Thresholds of the cache_aware policy (vLLM router's defaults)."""
+    frontend_latency_s: Annotated[NonNegFloat, seconds_bound()] = 0.0
+    """Seconds from a request's arrival to its dispatch to an instance (HTTP, tokenization,
+    the serving frontend); TTFT and end-to-end latency include it, TPOT does not."""
 
 
 class SLOConfig(StrictModel):

@@ -158,7 +158,7 @@ class Simulation:
             delay = req.arrival_s - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            self._dispatch(req)
+            self._through_frontend(req)
 
     def _release_next(self) -> None:
         if self._next_release >= len(self.requests):
@@ -166,7 +166,16 @@ class Simulation:
         req = self.requests[self._next_release]
         self._next_release += 1
         req.arrival_s = self.env.now
-        self._dispatch(req)
+        self._through_frontend(req)
+
+    def _through_frontend(self, req: Request) -> None:
+        """Dispatch ``req`` once it has passed the frontend (``router.frontend_latency_s``)."""
+        latency = self.config.router.frontend_latency_s
+        if latency <= 0:
+            self._dispatch(req)
+            return
+        passed = self.env.timeout(latency)
+        passed.callbacks.append(lambda _event: self._dispatch(req))
 
     # --------------------------------------------------------------- routing
 

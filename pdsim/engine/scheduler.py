@@ -59,6 +59,7 @@ class Scheduler:
         self.max_num_batched_tokens = sched.max_num_batched_tokens
         self.chunked = sched.enable_chunked_prefill
         self.long_prefill_threshold = sched.long_prefill_token_threshold
+        self.prefill_first = sched.prefill_policy == "prefill_first"
         self.lookahead = instance.lookahead  # the shared contract
         # queues
         self.waiting = WaitingQueue()
@@ -146,7 +147,8 @@ class Scheduler:
                     assert req is not None
                     if pool.allocate(req.id, extra):
                         rows.blocks_held[s] += extra
-            budget -= num_rows * tokens_per_row
+            if not (self.prefill_first and (self.prefilling or self.waiting)):
+                budget -= num_rows * tokens_per_row
 
         chunks: list[tuple[Request, int]] = []
         for req in list(self.prefilling):
@@ -221,6 +223,8 @@ class Scheduler:
             prefill_in_step = True
         for req in reversed(skipped):
             waiting.appendleft(req)
+        if self.prefill_first and chunks:
+            num_rows = 0  # SGLang: a prefill batch runs alone; the decode rows wait
 
         if not chunks and not num_rows:
             return None

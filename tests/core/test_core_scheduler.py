@@ -242,3 +242,59 @@ def test_prefill_budget_below_lookahead_is_rejected_or_completes(limit: str) -> 
         return  # rejecting the config is a fine answer
     res = Simulation(cfg).run()
     assert res.summary["completed"] == 2
+
+
+# ------------------------------------------------------------ prefill policy
+
+
+def _wave_cfg(policy: str, method: str = "none") -> SimConfig:
+    return make_config("cluster.mode=colocated", "workload.num_requests=24",
+                       "workload.arrivals={kind: closed_loop, concurrency: 8}",
+                       "cluster.colocated.scheduler.max_num_batched_tokens=700",
+                       f"cluster.colocated.scheduler.prefill_policy={policy}",
+                       method=method)
+
+
+@pytest.mark.parametrize("method", ["none", "mtp"])
+def test_prefill_first_never_mixes(method: str) -> None:
+    """prefill_first (SGLang's default): no step runs prompt tokens and decode rows
+    together, every request finishes; mixed (vLLM) does mix on the same workload."""
+    res = Simulation(_wave_cfg("prefill_first", method)).run()
+    assert not terminal_problems(res.records)
+    assert res.summary["completed"] == 24
+    log = res.instances[0].step_log
+    prompt_steps = log[:, PREFILL] > 0
+    if method == "none":
+        assert (log[prompt_steps, DECODE_REQS] == 0).all()
+    assert (log[~prompt_steps, DECODE_REQS] > 0).all()
+    mixed = Simulation(_wave_cfg("mixed", method)).run().instances[0].step_log
+    assert ((mixed[:, PREFILL] > 0) & (mixed[:, DECODE_REQS] > 0)).any()
+
+
+def test_prefill_first_keeps_closed_loop_waves() -> None:
+    """Fixed lengths in a closed loop: with prefill_first every round is a burst of C
+    prompts (the later rounds' TTFT equals the first's); mixed steps stagger them."""
+    def round_ttft(policy: str) -> tuple[float, float]:
+        recs = sorted(Simulation(_wave_cfg(policy)).run().records, key=lambda r: r["request_id"])
+        ttft = np.array([r["ttft_s"] for r in recs])
+        return float(ttft[:8].mean()), float(ttft[8:].mean())
+    first, rest = round_ttft("prefill_first")
+    assert rest == pytest.approx(first, rel=1e-6)
+    first_m, rest_m = round_ttft("mixed")
+    assert rest_m < 0.8 * first_m
+
+
+def test_frontend_latency_adds_to_ttft_only() -> None:
+    """router.frontend_latency_s: every request reaches the engine that much later, so its
+    TTFT (and end-to-end) grows by it; TPOT does not move. One request at a time, so
+    nothing else changes."""
+    def run(latency: float) -> Any:
+        return Simulation(make_config(
+            "cluster.mode=colocated", "workload.num_requests=6",
+            "workload.arrivals={kind: closed_loop, concurrency: 1}",
+            f"router.frontend_latency_s={latency}", method="none")).run().records
+    base, late = run(0.0), run(0.25)
+    for a, b in zip(base, late, strict=True):
+        assert b["ttft_s"] == pytest.approx(a["ttft_s"] + 0.25, abs=1e-9)
+        assert b["e2e_s"] == pytest.approx(a["e2e_s"] + 0.25, abs=1e-9)
+        assert b["tpot_s"] == pytest.approx(a["tpot_s"], abs=1e-12)

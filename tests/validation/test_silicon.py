@@ -163,6 +163,65 @@ def test_memory_rule_kv_dtype_and_admission_follow_the_backend() -> None:
                            model_path="meta-llama/Llama-3.1-70B")).kv_dtype == "bf16"
 
 
+def test_prefill_policy_reaches_every_role(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the backend's policy (PREFILL_POLICIES) is what every instance group's scheduler runs
+    monkeypatch.setitem(S.PREFILL_POLICIES, "sglang", "prefill_first")
+    cfg = S.build_config(S.plan_row(_row(backend="sglang")))
+    assert pdsim.load_config(cfg).cluster.colocated.scheduler.prefill_policy == "prefill_first"
+    assert S.build_config(S.plan_row(_row()))["cluster"]["colocated"]["scheduler"][
+        "prefill_policy"] == S.PREFILL_POLICIES["trtllm"]
+    disagg = S.build_config(S.plan_row(_row(
+        backend="sglang", mode="disagg", tp_size="", moe_tp_size="", moe_ep_size="",
+        batch_size="", prefill_num_workers="1", prefill_tp_size="8",
+        prefill_attention_dp_size="1", prefill_moe_tp_size="8", prefill_moe_ep_size="1",
+        prefill_batch_size="1", decode_num_workers="1", decode_tp_size="8",
+        decode_attention_dp_size="1", decode_moe_tp_size="8", decode_moe_ep_size="1",
+        decode_batch_size="64")))
+    assert {disagg["cluster"][r]["scheduler"]["prefill_policy"]
+            for r in ("prefill", "decode")} == {"prefill_first"}
+
+
+def test_frontend_latency_reaches_the_router(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(S.FRONTEND_LATENCY_S, "vllm", 0.05)
+    cfg = pdsim.load_config(S.build_config(S.plan_row(_row(backend="vllm"))))
+    assert cfg.router.frontend_latency_s == 0.05
+    other = pdsim.load_config(S.build_config(S.plan_row(_row(backend="sglang"))))
+    assert other.router.frontend_latency_s == S.FRONTEND_LATENCY_S.get("sglang", 0.0)
+
+
+def test_frontend_fit_is_the_low_concurrency_median_of_fit_rows() -> None:
+    from validation import silicon_gap as G
+    base = {"error": "", "preemptions": 0, "pdsim_ttft_ms": 40.0}
+    scores = [{**base, "split": "fit", "partition": "vllm agg h200_sxm", "concurrency": c,
+               "measured_ttft_ms": m} for c, m in ((4, 90.0), (8, 100.0), (8, 140.0),
+                                                    (64, 900.0))]
+    scores.append({**base, "split": "held-out", "partition": "vllm agg h200_sxm",
+                   "concurrency": 4, "measured_ttft_ms": 5000.0})
+    assert G.fit_frontend_latency(scores) == {"vllm": (pytest.approx(0.060), 3)}
+
+
+def test_gap_analysis_reads_fit_rows_only() -> None:
+    from validation import silicon_gap as G
+    fields = {}
+    scores = []
+    for i, c in enumerate((4, 8, 16, 64)):
+        rid = f"r{i}"
+        fields[rid] = _row(id=rid).fields
+        for split in ("fit", "held-out"):
+            meas = 100.0 * c if split == "fit" else 1.0  # held-out rows must not count
+            scores.append({"row_id": rid, "split": split, "error": "", "preemptions": 0,
+                           "partition": "trtllm agg b200_sxm", "model": "m/DeepSeek-R1",
+                           "isl": 1024, "concurrency": c, "measured_ttft_ms": meas,
+                           "pdsim_ttft_ms": 50.0})
+    fit = G.fit_scores(scores)
+    assert len(fit) == 4
+    gaps = G.low_concurrency_gaps(fit)
+    assert gaps == [("trtllm agg b200_sxm", "DeepSeek-R1", 1024, 2, 550.0, 600.0, 50.0)]
+    ((name, n, b_meas, b_sim, ratio),) = G.concurrency_exponents(fit, fields)
+    assert (name, n, ratio) == ("trtllm agg", 1, 8.0)
+    assert b_meas == pytest.approx(1.0) and b_sim == pytest.approx(0.0, abs=1e-12)
+
+
 def test_no_evict_admission_caps_the_batch_at_what_the_pool_holds_whole() -> None:
     """Llama-70B fp8 on one H200 with 8192/1024 at C 256: the pool cannot hold 256 whole
     requests, so TensorRT-LLM's GUARANTEED_NO_EVICT runs fewer and pdsim never preempts."""

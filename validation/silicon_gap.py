@@ -1,0 +1,176 @@
+"""Where pdsim's TTFT falls short of the silicon sample's: an analysis of scored FIT rows.
+
+    python -m validation.silicon --sample 0 --json scores.json   # every expressible row
+    python -m validation.silicon_gap scores.json
+
+Only fit rows are read (held-out rows are never used to choose anything); rows that preempt
+or did not finish are left out. Two questions, from the rows themselves:
+
+1. Is the gap an overhead or queueing? At the lowest concurrencies (C <= 8) queueing and
+   waves are smallest: the gap measured - pdsim there, by partition, model and ISL, says
+   whether a per-request cost is missing and whether it grows with the prompt.
+2. Does measured TTFT grow with concurrency as pdsim's does? Within a fixed deployment
+   (every column but the concurrency equal, same benchmark dump), the exponent b of
+   TTFT ~ C^b, measured and pdsim's: waves (every round a burst of C prompts) give b near
+   1 at high C, a constant overhead b near 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from validation.silicon import CSV_PATH, load_sample
+
+LOW_CONCURRENCY = 8
+"""Rows at or below this concurrency count as 'low' (queueing and waves smallest)."""
+
+MIN_GROUP_POINTS = 3
+"""Concurrencies a fixed deployment needs for its TTFT ~ C^b exponent."""
+
+GROUP_COLUMNS = ("backend", "backend_version", "model_path", "system", "mode", "isl", "osl",
+                 "gemm_quant_mode", "moe_quant_mode", "tp_size", "attention_dp_size",
+                 "moe_ep_size", "prefill_num_workers", "prefill_tp_size",
+                 "decode_num_workers", "decode_tp_size", "decode_attention_dp_size")
+
+
+def fit_scores(scores: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fit rows that finished without preemptions."""
+    return [s for s in scores if s["split"] == "fit" and not s["error"]
+            and s["preemptions"] == 0]
+
+
+def low_concurrency_gaps(scores: list[dict[str, Any]]) -> list[tuple[str, str, int, int,
+                                                                      float, float, float]]:
+    """(partition, model, ISL, rows, median gap ms, median measured ms, median pdsim ms)
+    over rows at C <= LOW_CONCURRENCY."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = collections.defaultdict(list)
+    for s in scores:
+        if s["concurrency"] <= LOW_CONCURRENCY:
+            groups[(s["partition"], s["model"].split("/")[-1], s["isl"])].append(s)
+    out = []
+    for (part, model, isl), rows in sorted(groups.items()):
+        meas = np.array([r["measured_ttft_ms"] for r in rows])
+        sim = np.array([r["pdsim_ttft_ms"] for r in rows])
+        out.append((part, model, isl, len(rows), float(np.median(meas - sim)),
+                    float(np.median(meas)), float(np.median(sim))))
+    return out
+
+
+def concurrency_exponents(scores: list[dict[str, Any]], fields: dict[str, dict[str, str]]
+                          ) -> list[tuple[str, int, float, float, float]]:
+    """(backend mode, deployments, median measured exponent, median pdsim exponent, median
+    measured/pdsim at the deployment's lowest C) over fixed deployments with at least
+    MIN_GROUP_POINTS concurrencies."""
+    groups: dict[tuple[str, ...], dict[int, dict[str, Any]]] = collections.defaultdict(dict)
+    for s in scores:
+        f = fields[s["row_id"]]
+        key = (*(f[c] for c in GROUP_COLUMNS), f["silicon_data_source"].split(";")[0])
+        groups[key][s["concurrency"]] = s
+    per: dict[str, list[tuple[float, float, float]]] = collections.defaultdict(list)
+    for key, by_c in groups.items():
+        if len(by_c) < MIN_GROUP_POINTS:
+            continue
+        cs = np.array(sorted(by_c), dtype=float)
+        meas = np.array([by_c[int(c)]["measured_ttft_ms"] for c in cs])
+        sim = np.array([by_c[int(c)]["pdsim_ttft_ms"] for c in cs])
+        b_meas = float(np.polyfit(np.log(cs), np.log(meas), 1)[0])
+        b_sim = float(np.polyfit(np.log(cs), np.log(sim), 1)[0])
+        per[f"{key[0]} {key[4]}"].append((b_meas, b_sim, float(meas[0] / sim[0])))
+    out = []
+    for name, vals in sorted(per.items()):
+        arr = np.array(vals)
+        out.append((name, len(vals), float(np.median(arr[:, 0])), float(np.median(arr[:, 1])),
+                    float(np.median(arr[:, 2]))))
+    return out
+
+
+def fit_frontend_latency(scores: list[dict[str, Any]]) -> dict[str, tuple[float, int]]:
+    """Per backend, (median measured - pdsim TTFT in seconds, rows) over the fit rows at
+    C <= LOW_CONCURRENCY scored without a frontend latency: the per-request cost on the
+    way in that the rows show where queueing and waves are smallest."""
+    gaps: dict[str, list[float]] = collections.defaultdict(list)
+    for s in fit_scores(scores):
+        if s["concurrency"] <= LOW_CONCURRENCY:
+            gaps[s["partition"].split()[0]].append(
+                (s["measured_ttft_ms"] - s["pdsim_ttft_ms"]) / 1e3)
+    return {b: (float(np.median(v)), len(v)) for b, v in sorted(gaps.items())}
+
+
+def score_low_concurrency_fit_rows() -> list[dict[str, Any]]:
+    """Score every expressible fit row at C <= LOW_CONCURRENCY with no frontend latency
+    (the rows ``fit_frontend_latency`` reads)."""
+    from dataclasses import asdict
+
+    from validation import silicon as S
+
+    out = []
+    saved = dict(S.FRONTEND_LATENCY_S)
+    S.FRONTEND_LATENCY_S.clear()
+    try:
+        for row in S.load_sample():
+            if row.split != "fit":
+                continue
+            try:
+                if S.plan_row(row).concurrency > LOW_CONCURRENCY:
+                    continue
+                out.append(asdict(S.score_row(row)))
+            except S.NotExpressible:
+                continue
+    finally:
+        S.FRONTEND_LATENCY_S.update(saved)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m validation.silicon_gap", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scores", type=Path, nargs="?",
+                    help="JSON of `python -m validation.silicon --json`")
+    ap.add_argument("--csv", type=Path, default=CSV_PATH)
+    ap.add_argument("--fit-frontend", action="store_true",
+                    help="score the fit rows at C <= 8 without a frontend latency and print "
+                         "each backend's fitted frontend_latency_s")
+    args = ap.parse_args(argv)
+    if args.fit_frontend:
+        for backend, (latency, n) in fit_frontend_latency(
+                score_low_concurrency_fit_rows()).items():
+            print(f"{backend}: frontend_latency_s {latency:.3f} (median of {n} fit rows)")
+        return 0
+    if args.scores is None:
+        print("error: scores: give a scores JSON or --fit-frontend", file=sys.stderr)
+        return 2
+    try:
+        scores = json.loads(args.scores.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"error: {args.scores}: {exc}", file=sys.stderr)
+        return 2
+    fields = {r.id: r.fields for r in load_sample(args.csv)}
+    try:
+        fit = [s for s in fit_scores(scores) if s["row_id"] in fields]
+    except (KeyError, TypeError) as exc:
+        print(f"error: {args.scores}: not a list of scored rows ({exc!r} missing or wrong)",
+              file=sys.stderr)
+        return 2
+    print(f"{len(fit)} fit rows without preemptions\n")
+    print(f"Gap at C <= {LOW_CONCURRENCY} (measured - pdsim, medians):")
+    print("| partition | model | ISL | rows | gap ms | measured ms | pdsim ms |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for part, model, isl, n, gap, meas, sim in low_concurrency_gaps(fit):
+        print(f"| {part} | {model} | {isl} | {n} | {gap:.0f} | {meas:.0f} | {sim:.0f} |")
+    print("\nTTFT ~ C^b within fixed deployments (medians):")
+    print("| backend mode | deployments | b measured | b pdsim | measured/pdsim at lowest C |")
+    print("|---|---:|---:|---:|---:|")
+    for name, n, b_meas, b_sim, ratio in concurrency_exponents(fit, fields):
+        print(f"| {name} | {n} | {b_meas:.2f} | {b_sim:.2f} | {ratio:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
