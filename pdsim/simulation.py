@@ -19,7 +19,7 @@ from pdsim.engine.cluster import EngineHooks
 from pdsim.engine.connector import ConnectorScheduler, KVTransferParams
 from pdsim.engine.events import EngineEnvironment
 from pdsim.engine.instance import Instance
-from pdsim.engine.request import Phase, Request, Status
+from pdsim.engine.request import Request, Status
 from pdsim.engine.router import make_router
 from pdsim.engine.transfers import make_network
 from pdsim.faults import FaultState
@@ -392,13 +392,13 @@ class Simulation:
         req.status = Status.FAILED
         req.fail_reason = reason
         req.finish_s = self.env.now
-        req.phase = Phase.DONE
+        req.end()
         self._terminal(req)
 
     def reject(self, req: Request, reason: str) -> None:
         req.status = Status.REJECTED
         req.fail_reason = reason
-        req.phase = Phase.DONE
+        req.end()
         self._terminal(req)
 
     def _terminal(self, req: Request) -> None:

@@ -42,6 +42,12 @@ class DraftParams:
     pad_first_step: bool  # static speculation: one-token first steps padded to 1 + N
     window_tokens: int | None  # the MTP modules' sliding window (None: full attention)
 
+    @classmethod
+    def none(cls) -> DraftParams:
+        """No drafter (P, or an instance without speculative decoding)."""
+        return cls(0, False, 1, np.zeros(0), 0.0, None, np.zeros(1, dtype=np.int64), [1.0],
+                   [], False, False, np.zeros(1), False, None)
+
 
 # ------------------------------------------------------------------ per step
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pdsim.engine.decode_advance import DraftParams, emitted_tokens, rejected_drafts
-from pdsim.engine.request import Phase, Request
+from pdsim.engine.request import Request
 
 if TYPE_CHECKING:
     from pdsim.spec_decode.acceptance import AcceptanceSampler
@@ -105,7 +105,7 @@ class DecodeRows:
         draft = self.draft
         n = draft.num_spec_tokens
         req.slot = s
-        req.phase = Phase.DECODE
+        req.enter_decode()
         self.request_of_row[s] = req
         self.context_tokens[s] = req.seq_tokens
         self.output_tokens[s] = req.num_output

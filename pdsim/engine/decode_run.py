@@ -190,6 +190,9 @@ class DecodeRun:
         if finishing is not None:
             for s in finishing:
                 self._finish_row(s, j)
+        out = inst.scheduler.take_outcome()
+        if out is not None:
+            inst.route(out)
         before = self._state()
         ok = True
         for req, _ in joined:
@@ -204,6 +207,9 @@ class DecodeRun:
             self.poked = False
             if inst.waiting:
                 ok = self._admit(j)
+                loads = inst.scheduler.take_kv_loads()
+                if loads:
+                    inst.start_kv_loads(loads)
                 acted = True
         self._snaps.append((j, before, self._state() if acted else before))
         if self.poked:  # changed while acting: look again at the next boundary
@@ -228,7 +234,7 @@ class DecodeRun:
         (the run must end here)."""
         inst = self.inst
         waiting = inst.waiting
-        pool, layout = inst.pool, inst.layout
+        pool = inst.pool
         sched = inst.scheduler
         budget = (sched.max_num_batched_tokens
                   - self.rows_decoding.item(j + 1) * self.tokens_per_row)
@@ -247,12 +253,12 @@ class DecodeRun:
             n = sched.chunk_tokens(req, budget)
             if n <= 0 or req.num_computed + n < req.seq_tokens:
                 return False  # not one final chunk
-            extra = layout.blocks_for(sched.prefill_target_tokens(req, n)) - pool.held(req.id)
+            extra = inst.kv.extra_blocks(req.id, sched.prefill_target_tokens(req, n))
             if extra > pool.num_free - self.reserve:
                 return False
             waiting.popleft()
             pool.allocate(req.id, extra)
-            sched.start_prefill(req)
+            sched.start_prefill(req, inst.env.now)
             chunks.append((req, n))
             budget -= n
             prefill += n

@@ -10,7 +10,6 @@ step log. It reaches the cluster only through the ``Cluster`` protocol.
 
 from __future__ import annotations
 
-import bisect
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,10 +21,10 @@ from pdsim.engine.decode_run import DecodeRun
 from pdsim.engine.events import LoopResume, StepEnd, step_end_priority
 from pdsim.engine.kv_manager import KVManager
 from pdsim.engine.look_ahead import FreshRows
-from pdsim.engine.request import Phase, Request
+from pdsim.engine.request import Request
 from pdsim.engine.route_view import RoutingState
 from pdsim.engine.run_plan import plan_decode_run
-from pdsim.engine.scheduler import Scheduler, StepPlan
+from pdsim.engine.scheduler import Scheduler, StepOutcome, StepPlan
 from pdsim.engine.snapshot import InstanceSnapshot
 from pdsim.engine.step_log import StepLog
 from pdsim.errors import SimulationStalled
@@ -49,11 +48,6 @@ MAX_ZERO_TIME_STEPS = 100_000
 # mean step time below which such a streak is called a livelock rather than a wait.
 MAX_IDLE_STEPS_CAP = 50_000_000
 MIN_REAL_STEP_S = 1e-6
-
-
-def _reached_d(req: Request) -> tuple[float, int]:
-    """A request's place in D's queue: when it reached D, then its id."""
-    return req.d_queued_s, req.id
 
 
 class Instance:
@@ -143,7 +137,9 @@ class Instance:
         self._idle_step_limit = min(MAX_IDLE_STEPS_CAP, MAX_ZERO_TIME_STEPS + 4 * -(
             -sched.max_num_seqs * cfg.model.max_model_len // sched.max_num_batched_tokens))
         # the scheduler owns the queues; the engine's intake and loop use them directly
-        self.scheduler = Scheduler(self, sched)
+        self.scheduler = Scheduler(sched, role, self.kv, self.rows, self.draft,
+                                   lookahead_tokens=self.lookahead, index=index,
+                                   provenance=cluster.provenance_draws)
         self.waiting = self.scheduler.waiting
         self.receiving = self.scheduler.receiving
         self.running = self.scheduler.running
@@ -176,9 +172,7 @@ class Instance:
 
     def add_request(self, req: Request) -> None:
         """Queue a request (new, or arrived at D with its kv_transfer_params)."""
-        req.phase = Phase.WAITING
-        req.num_computed = 0
-        self.waiting.append(req)
+        self.scheduler.add_request(req)
         self.notify()
 
     def notify(self) -> None:
@@ -191,35 +185,17 @@ class Instance:
 
     def kv_landed(self, req: Request) -> None:
         """D side: all of ``req``'s remote blocks arrived; it may now be scheduled."""
-        self.receiving.pop(req.id, None)
-        req.phase = Phase.WAITING
-        req.kv_from_remote = True
-        # D still recomputes the last prompt token to get logits (num_computed -= 1).
-        req.num_computed = min(req.remote_tokens, req.prompt_tokens - 1)
-        req.d_first_local = req.num_computed
-        req.tokens_recomputed_on_d = req.prompt_tokens - req.remote_tokens
-        req.d_local_prefill_tokens = req.prompt_tokens - req.num_computed
-        # back in the queue in the order the requests reached D (usually last)
-        waiting, key = self.waiting, _reached_d(req)
-        if not waiting or _reached_d(waiting[-1]) <= key:
-            waiting.append(req)
-        else:
-            waiting.insert(bisect.bisect(waiting, key, key=_reached_d), req)
+        self.scheduler.kv_landed(req)
         self.notify()
 
     def kv_load_failed(self, req: Request, recompute: bool,
                        reason: str = "kv_load_failed") -> None:
         """D side: the transfer failed; recompute the prompt locally or fail the request."""
-        if self.receiving.pop(req.id, None) is None:
+        fails = self.scheduler.kv_load_failed(req, recompute)
+        if fails is None:
             return  # no longer waiting for it here (e.g. the instance went down)
-        self.pool.free(req.id)
-        if not recompute:
+        if fails:
             self.cluster.fail(req, reason)
-            self.notify()
-            return
-        req.phase = Phase.WAITING
-        req.recompute_prompt_on_d()
-        self.waiting.appendleft(req)
         self.notify()
 
     def go_down(self) -> tuple[list[Request], list[Request]]:
@@ -231,28 +207,9 @@ class Instance:
         self.end_run()
         self.up = False
         self.epoch += 1
-        last = self.step_count - 1
-        served: list[Request] = []
-        rows = self.rows
-        while rows.count:
-            req = rows.request_of_row[rows.count - 1]
-            assert req is not None
-            self.scheduler.release_row(req, last)
-            served.append(req)
-        served += [r for r in self.running if r.phase is not Phase.DECODE]
-        served += list(self.receiving.values())
-        served += [r for r in self.waiting]
-        pinned = list(self.pinned.values())
-        for req in served + pinned:
-            self.pool.free(req.id)
-        self.running.clear()
-        self.prefilling.clear()
-        self.receiving.clear()
-        self.waiting.clear()
-        self.pinned.clear()
-        self.kv.clear()
+        dropped = self.scheduler.drop_all(self.step_count - 1)
         self.notify()
-        return served, pinned
+        return dropped
 
     def come_up(self) -> None:
         """The instance is back (empty: its KV and prefix cache were lost)."""
@@ -261,9 +218,9 @@ class Instance:
 
     def release_pinned(self, req: Request) -> int:
         """P side: D has read (or the lease expired): free the request's blocks."""
-        if self.pinned.pop(req.id, None) is None:
+        n = self.scheduler.release_pinned(req)
+        if n is None:
             return 0
-        n = self.pool.free(req.id)
         if self.waiting:  # freed blocks matter only to a request waiting for them
             self.notify()
         return n
@@ -289,9 +246,13 @@ class Instance:
                 if run is not None:
                     yield from self._follow(run)
                     continue
-            plan = (self.scheduler.schedule() if self.up and (self.waiting or self.running)
-                    else None)
-            if plan is None and self.scheduler.unblock_waiting():
+            plan = (self.scheduler.schedule(env.now, self.steps.count)
+                    if self.up and (self.waiting or self.running) else None)
+            if plan is not None and plan.kv_loads:
+                self.start_kv_loads(plan.kv_loads)
+            if plan is not None and plan.batch is None:
+                plan = None
+            if plan is None and self.up and self.scheduler.unblock_waiting():
                 continue
             if plan is None:
                 self._wake = env.event()
@@ -303,7 +264,9 @@ class Instance:
                 if run is not None:
                     yield from self._follow(run)
                     continue
-            dt = self.step_model.step_time_s(plan.batch)
+            batch = plan.batch
+            assert batch is not None
+            dt = self.step_model.step_time_s(batch)
             if not dt >= 0:
                 self._stand_still(dt)
             if plan.num_decode or any(req.num_computed + n >= req.seq_tokens
@@ -407,10 +370,32 @@ class Instance:
     def step_count(self) -> int:
         return self.steps.count
 
+    def start_kv_loads(self, reqs: Sequence[Request]) -> None:
+        """D: the scheduler gave these hand-overs their blocks: start moving their KV."""
+        for req in reqs:
+            self.cluster.start_kv_transfer(req, self)
+
+    def route(self, out: StepOutcome) -> None:
+        """Send on what a step (or a run's boundary) completed, in the order it did:
+        observers hear of requests entering decode, P hands its prompts over, finished
+        requests leave."""
+        if out.entered_decode:
+            for req in out.entered_decode:
+                for hook in self.hooks.decode_entered:
+                    hook(self, req)
+        cluster = self.cluster
+        for req in out.handed_over:
+            cluster.on_prefill_done(req, self)
+        for req, at_s in out.finished:
+            cluster.finish(req, at_s)
+
     def _complete(self, plan: StepPlan, start_s: float) -> None:
         now = self.env.now
         step = self.steps.count
         b = plan.batch
-        self.scheduler.update_from_output(plan, step, now)
+        assert b is not None
+        out = self.scheduler.update_from_output(plan, step, now)
+        if out is not None:
+            self.route(out)
         self.steps.add(start_s, now, b.prefill_tokens, b.decode_requests, self.pool.num_used,
                        len(self.running), len(self.waiting), len(self.receiving))

@@ -153,6 +153,63 @@ class Request:
         self.tokens_recomputed_on_d = 0
         self.d_local_prefill_tokens = 0
 
+    # Phase changes: the only writers of ``phase`` (the instance's queues decide when).
+
+    def queue(self) -> None:
+        """Queued on an instance (new there, or arrived at D with its transfer params)."""
+        self.phase = Phase.WAITING
+        self.num_computed = 0
+
+    def await_remote_kv(self) -> None:
+        """D gave it blocks for its remote KV and asked for the load."""
+        self.phase = Phase.WAITING_FOR_REMOTE_KVS
+
+    def kv_landed(self) -> None:
+        """D: its remote KV arrived; it waits to recompute the rest of its prompt (at
+        least the last prompt token, for the logits)."""
+        self.phase = Phase.WAITING
+        self.kv_from_remote = True
+        self.num_computed = min(self.remote_tokens, self.prompt_tokens - 1)
+        self.d_first_local = self.num_computed
+        self.tokens_recomputed_on_d = self.prompt_tokens - self.remote_tokens
+        self.d_local_prefill_tokens = self.prompt_tokens - self.num_computed
+
+    def requeue_to_recompute(self) -> None:
+        """D: its KV load failed; it waits to compute its whole prompt locally."""
+        self.phase = Phase.WAITING
+        self.recompute_prompt_on_d()
+
+    def start_prefill(self) -> None:
+        """Admitted with its first prefill chunk."""
+        self.phase = Phase.PREFILL
+
+    def pin(self, now_s: float) -> None:
+        """P computed its prompt at ``now_s``: its blocks stay for a D to read."""
+        self.phase = Phase.PINNED
+        self.p_end_s = now_s
+
+    def enter_decode(self) -> None:
+        """It decodes from its next step (it has a decode row)."""
+        self.phase = Phase.DECODE
+
+    def preempted(self, on_prefill: bool) -> None:
+        """Preempted by recompute: back to waiting with nothing computed. On D or a
+        colocated instance it recomputes its prompt and generated tokens locally (fresh,
+        exact drafter KV; P's blocks are gone by now, so it never asks for remote KV
+        again)."""
+        self.num_computed = 0
+        self.phase = Phase.WAITING
+        if on_prefill:
+            self.p_preemptions += 1
+        else:
+            self.seq_tokens = self.prompt_tokens + self.num_output
+            self.kv_from_remote = False
+            self.kv_params = None
+
+    def end(self) -> None:
+        """It left the engine for good (finished, failed or rejected)."""
+        self.phase = Phase.DONE
+
     def recompute_prompt_on_d(self) -> None:
         """D computes the whole prompt itself: no remote KV (none to load, the load
         failed, or D gave the landed blocks back)."""
