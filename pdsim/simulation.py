@@ -15,15 +15,14 @@ import numpy as np
 import simpy
 
 from pdsim.config import Role, SimConfig
-from pdsim.engine.cluster import EngineHooks
 from pdsim.engine.connector import ConnectorScheduler, KVTransferParams
 from pdsim.engine.events import EngineEnvironment
-from pdsim.engine.instance import Instance
-from pdsim.engine.request import Request, Status
+from pdsim.engine.instance import EngineHooks, Instance
+from pdsim.engine.request import Request, Status, request_columns, request_segments
 from pdsim.engine.router import make_router
 from pdsim.engine.transfers import make_network
 from pdsim.faults import FaultState
-from pdsim.results import Results, results_from
+from pdsim.results import Results, RunFacts, results_from
 from pdsim.rng import RandomStreams, UniformBuffer
 from pdsim.spec_decode.acceptance import AcceptanceSampler
 from pdsim.workload import RequestSpecs, generate_requests
@@ -107,7 +106,7 @@ class Simulation:
         self.start(progress)
         if self.requests:
             self.env.run(until=self._all_done)
-        return self.finalize()
+        return self.results()
 
     def start(self, progress: ProgressFn | None = None) -> None:
         """Start the engines, the faults and the arrivals; then ``step()`` (or ``run``)
@@ -135,10 +134,22 @@ class Simulation:
         """Process the next event (after ``start``)."""
         self.env.step()
 
-    def finalize(self) -> Results:
-        """The results so far: each instance's snapshot (a decode run being followed is
-        committed as far as it got), read into records and a summary."""
-        return results_from(self, [inst.snapshot() for inst in self.instances])
+    def finalize(self) -> RunFacts:
+        """The facts so far, as a plain value: each instance's snapshot (a decode run
+        being followed is committed as far as it got), the requests' facts by column,
+        link samples and fault counts. A finished run hands its own lists over."""
+        snapshots = [inst.snapshot() for inst in self.instances]
+        done = self.done and not any(snap.live_rows for snap in snapshots)
+        pool_of = {inst.name: inst.pool_name for inst in self.instances}
+        reqs = self.requests
+        return RunFacts(self.config,
+                        request_columns(reqs, pool_of, self.accepted_per_pos, done),
+                        request_segments(reqs, done), snapshots, self.network.samples(),
+                        dict(self.faults.counts), self.lease_expired, done)
+
+    def results(self) -> Results:
+        """The results so far (``results_from(finalize())``)."""
+        return results_from(self.finalize())
 
     def next_fault_after(self, now_s: float) -> float:
         """The next scheduled fault strictly after ``now_s`` (inf if none)."""
@@ -196,7 +207,7 @@ class Simulation:
             return
         params = KVTransferParams(do_remote_decode=True)
         req.kv_params = params
-        req.p_prompt_tokens = self.connector._truncate_request_for_prefill(
+        req.p_prompt_tokens = self.connector.truncate_request_for_prefill(
             params, req.prompt_tokens)
         req.seq_tokens = req.p_prompt_tokens  # P runs it with max_tokens = 1
         if not self._fits(p, req.p_prompt_tokens) or not any(
@@ -231,7 +242,7 @@ class Simulation:
         req.d_instance = d.name
         req.d_queued_s = self.env.now
         req.seq_tokens = req.prompt_tokens
-        remote = self.connector._get_remote_prefill_token_count(req.prompt_tokens)
+        remote = self.connector.remote_prefill_token_count(req.prompt_tokens)
         req.remote_tokens = min(remote, req.p_prompt_tokens)
         if req.remote_tokens == 0:
             p.release_pinned(req)

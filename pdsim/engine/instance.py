@@ -5,12 +5,16 @@ The parts, each owning its state: the ``Scheduler`` (queues; ``schedule() -> Ste
 ``DecodeRows`` (one row per decoding request). The instance takes requests from the
 cluster, runs the loop (ask for a plan, price it with the step-time model, wait for the
 step's end, apply it; or follow a decode run over many pure-decode steps) and keeps the
-step log. It reaches the cluster only through the ``Cluster`` protocol.
+step log. It reaches the cluster only through the ``Cluster`` protocol below (the engine
+never imports ``pdsim.simulation``; ``Simulation`` implements it), and tests and the
+invariant checker watch the engine through ``EngineHooks`` instead of patching methods.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -23,8 +27,8 @@ from pdsim.engine.kv_manager import KVManager
 from pdsim.engine.look_ahead import FreshRows
 from pdsim.engine.request import Request
 from pdsim.engine.route_view import RoutingState
-from pdsim.engine.run_plan import plan_decode_run
-from pdsim.engine.scheduler import Scheduler, StepOutcome, StepPlan
+from pdsim.engine.run_plan import plan_run_window, run_may_be_taken
+from pdsim.engine.scheduler import DrawSource, Scheduler, StepOutcome, StepPlan
 from pdsim.engine.snapshot import InstanceSnapshot
 from pdsim.engine.step_log import StepLog
 from pdsim.errors import SimulationStalled
@@ -36,9 +40,48 @@ if TYPE_CHECKING:
 
     import simpy
 
-    from pdsim.engine.cluster import Cluster, EngineHooks
     from pdsim.spec_decode.acceptance import AcceptanceSampler
     from pdsim.workload import RequestSpecs
+
+
+class Cluster(Protocol):
+    """The cluster an instance serves in: where its hand-overs, transfers and finished
+    requests go."""
+
+    @property
+    def provenance_draws(self) -> DrawSource:
+        """P's guesses of the tokens it did not see, right or wrong (one draw a guess)."""
+        ...
+
+    def on_prefill_done(self, req: Request, p: Instance) -> None:
+        """P sampled ``req``'s first token: hand it over to a D."""
+
+    def start_kv_transfer(self, req: Request, d: Instance) -> None:
+        """D allocated blocks for ``req``'s remote KV: start moving it."""
+
+    def finish(self, req: Request, at_s: float | None = None) -> None:
+        """``req`` emitted its last token (at ``at_s``, default now)."""
+
+    def fail(self, req: Request, reason: str) -> None:
+        """``req`` cannot be served."""
+
+    def next_fault_after(self, now_s: float) -> float:
+        """The next scheduled fault strictly after ``now_s`` (inf if none): no decode run
+        may end a step past it."""
+        ...
+
+
+@dataclass
+class EngineHooks:
+    """Observers of the engine, shared by a simulation's instances. Each list is called
+    in order; an observer reads what it is given and never changes engine state."""
+
+    # a request entered decode on an instance (its row is ``req.slot``)
+    decode_entered: list[Callable[[Instance, Request], None]] = field(default_factory=list)
+    # an instance planned a decode run and is about to follow it
+    run_planned: list[Callable[[Instance, DecodeRun], None]] = field(default_factory=list)
+    # an instance freed a request's blocks: (instance, request id, whether it held a table)
+    blocks_freed: list[Callable[[Instance, int, bool], None]] = field(default_factory=list)
 
 
 # Engine-loop turns (steps, decode runs, scheduler retries) one engine may take at one
@@ -320,11 +363,24 @@ class Instance:
                 f"costs that make every step take some time")
 
     def _plan_run(self) -> DecodeRun | None:
-        """A decode run from here, if one may be taken (``plan_decode_run``)."""
-        run = plan_decode_run(self)
-        if run is not None:
-            for hook in self.hooks.run_planned:
-                hook(self, run)
+        """A decode run from here, if one may be taken (``run_plan``)."""
+        if not (self.decode_runs and self.decodes
+                and run_may_be_taken(self.rows, bool(self.prefilling))):
+            return None
+        planned = plan_run_window(self.rows, self.layout, self.pool, self.max_run_steps,
+                                  self.run_steps)
+        if planned is None:
+            return None
+        run = DecodeRun(self, self.env, self.scheduler, self.step_model, self.steps,
+                        self.fresh_rows, planned.steps, planned.max_steps, planned.ahead,
+                        priority=self.step_priority,
+                        fault_at_s=self.cluster.next_fault_after(self.env.now),
+                        join_room=self.join_room, run_steps=self.run_steps,
+                        run_rows=self.run_rows)
+        if run.num_steps <= 0:
+            return None
+        for hook in self.hooks.run_planned:
+            hook(self, run)
         return run
 
     def _follow(self, run: DecodeRun) -> Generator[simpy.Event, object, None]:
@@ -344,7 +400,7 @@ class Instance:
         run.catch_up(self.env.now)
         self.active_run = None
         self._run_over = None
-        run.commit()
+        self.busy_s += run.commit()
         if over is not None and not over.triggered:
             over.succeed()  # the loop goes on at once, as after a single step
 

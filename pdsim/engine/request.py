@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -223,6 +226,58 @@ class Request:
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"Request({self.id}, {self.phase.value}, computed={self.num_computed}/"
                 f"{self.seq_tokens}, out={self.num_output}/{self.output_target})")
+
+
+def request_columns(reqs: Sequence[Request], pool_of: Mapping[str, str],
+                    accepted_per_pos: np.ndarray, done: bool) -> dict[str, Any]:
+    """The facts ``reqs`` hold (requests numbered 0..n-1 in order), one column each (the
+    records' raw columns; ``_finished`` says which finished), plus ``segments`` by id.
+    ``pool_of`` names each instance's pool. ``done``: the run is over, so the requests'
+    segment lists and the acceptance table are handed over rather than copied."""
+    n = len(reqs)
+
+    def col(name: str, dtype: Any = np.float64) -> np.ndarray:
+        return np.fromiter(map(operator.attrgetter(name), reqs), dtype=dtype, count=n)
+
+    return {
+        "request_id": col("id", np.int64),
+        "status": [r.status.value for r in reqs],
+        "fail_reason": [r.fail_reason for r in reqs],
+        "arrival_s": col("arrival_s"),
+        "prompt_tokens": col("prompt_tokens", np.int64),
+        "output_tokens": col("num_output", np.int64),
+        "target_output_tokens": col("output_target", np.int64),
+        "prefill_instance": [r.p_instance for r in reqs],
+        "decode_instance": [r.d_instance for r in reqs],
+        "prefill_pool": [pool_of.get(r.p_instance, "") for r in reqs],
+        "decode_pool": [pool_of.get(r.d_instance, "") for r in reqs],
+        "p_queued_s": col("p_queued_s"), "p_start_s": col("p_start_s"),
+        "p_end_s": col("p_end_s"),
+        "transfer_start_s": col("transfer_start_s"), "transfer_end_s": col("transfer_end_s"),
+        "d_queued_s": col("d_queued_s"), "first_token_s": col("first_token_s"),
+        "finish_s": col("finish_s"),
+        "p_prompt_tokens": col("p_prompt_tokens", np.int64),
+        "kv_bytes_transferred": col("kv_bytes", np.int64),
+        "tokens_recomputed_on_d": col("tokens_recomputed_on_d", np.int64),
+        "d_local_prefill_tokens": col("d_local_prefill_tokens", np.int64),
+        "num_preemptions": col("num_preemptions", np.int64),
+        "num_drafts": col("num_drafts", np.int64),
+        "num_draft_tokens": col("num_draft_tokens", np.int64),
+        "num_accepted_tokens": col("num_accepted_tokens", np.int64),
+        # the simulation's table, a row per request (a copy while the run goes on)
+        "accepted_per_pos": accepted_per_pos if done else accepted_per_pos.copy(),
+        "prefix_hit_tokens": col("prefix_hit_tokens", np.int64),
+        "padded_first_steps": col("padded_first_steps", np.int64),
+        "_finished": np.fromiter((r.status is Status.FINISHED for r in reqs), dtype=bool,
+                                 count=n),
+    }
+
+
+def request_segments(reqs: Sequence[Request], done: bool) -> dict[int, list[list[int]]]:
+    """Each request's output segments by id (its own lists when ``done``, else copies)."""
+    if done:
+        return {r.id: r.segments for r in reqs}
+    return {r.id: list(r.segments) for r in reqs}
 
 
 def tokens_left(req: Request) -> int:

@@ -299,53 +299,8 @@ class Scheduler:
             budget -= n
         num_rows = rows.count
 
-        skipped: list[Request] = []
-        waiting = self.waiting
-        caches_prefixes = self.kv.caches_prefixes
-        prefill_in_step = bool(chunks)
         padded: list[Request] = []
-        while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            req = waiting.popleft()
-            if self.awaits_remote_kv(req):
-                if not self.load_remote_kv(req):
-                    waiting.appendleft(req)
-                    break
-                continue
-            if self.pads_first_step(req, num_rows, prefill_in_step):
-                extra = kv.extra_blocks(req.id, self.prefill_target_tokens(req, 1))
-                # without room for 1 + N it waits rather than run unpadded, as in vLLM; in
-                # pdsim only blocks can run short here (the config keeps
-                # max_num_batched_tokens >= max_num_seqs * (1 + N))
-                if budget < tokens_per_row or not pool.allocate(req.id, extra):
-                    waiting.appendleft(req)
-                    break
-                self.start_prefill(req, now_s)
-                chunks.append((req, 1))
-                padded.append(req)
-                budget -= tokens_per_row
-                continue
-            hit = 0
-            if caches_prefixes and req.num_computed == 0 and req.hash_ids:
-                hit = self.kv.prefix_hit(req)
-                req.num_computed = hit
-            n = self.chunk_tokens(req, budget)
-            if n <= 0:
-                req.num_computed -= hit
-                skipped.append(req)
-                break
-            extra = kv.extra_blocks(req.id, self.prefill_target_tokens(req, n))
-            if not pool.allocate(req.id, extra):
-                req.num_computed -= hit
-                waiting.appendleft(req)
-                break
-            if caches_prefixes:
-                self.kv.count_lookup(req, hit)
-            self.start_prefill(req, now_s)
-            chunks.append((req, n))
-            budget -= n
-            prefill_in_step = True
-        for req in reversed(skipped):
-            waiting.appendleft(req)
+        self.admit(budget, num_rows, bool(chunks), now_s, chunks, padded)
 
         if not chunks and not num_rows:
             return StepPlan(chunks, 0, None, (), tuple(self.take_kv_loads()))
@@ -367,6 +322,79 @@ class Scheduler:
         batch = StepBatch(prefill_tokens, pairs, decode_rows, decode_rows * tokens_per_row,
                           context_sum, repair)
         return StepPlan(chunks, num_rows, batch, tuple(padded), tuple(self.take_kv_loads()))
+
+    def admit(self, budget: int, num_rows: int, prefill_in_step: bool, now_s: float,
+              chunks: list[tuple[Request, int]], padded: list[Request] | None,
+              reserve: int | None = None) -> bool:
+        """FCFS admission from the waiting queue into the step being planned (at
+        ``now_s``, with ``num_rows`` decode rows, ``budget`` tokens left, a prefill chunk
+        already in it if ``prefill_in_step``), under ``max_num_seqs``: hand-overs get
+        their blocks and their KV load is asked for; the others start their prefill with
+        their first chunk, appended to ``chunks`` (``padded``: the padded first steps).
+
+        The one admission loop, for the scheduler's own steps and for a decode run's
+        boundaries. With ``reserve`` (a decode run) it admits only what the run can
+        follow, keeping ``reserve`` blocks free: KV loads and prompts that one final
+        chunk completes; at the first request that needs anything else (a prefix-cache
+        lookup, a padded first step, several chunks, a full set of rows, blocks) it stops
+        with the request at the head and returns False (the run ends there). True
+        otherwise."""
+        waiting = self.waiting
+        kv, pool = self.kv, self.pool
+        in_run = reserve is not None
+        caches_prefixes = kv.caches_prefixes
+        while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = waiting.popleft()
+            if self.awaits_remote_kv(req):
+                if not self.load_remote_kv(req, reserve or 0):
+                    waiting.appendleft(req)
+                    return not in_run  # it might fit step by step: the scheduler decides
+                continue
+            if in_run:
+                if (caches_prefixes or self.rows.count + len(chunks) >= self.rows.capacity
+                        or self.pads_first_step(req, num_rows, prefill_in_step)):
+                    waiting.appendleft(req)  # (a padded first step goes to the scheduler)
+                    return False
+            elif self.pads_first_step(req, num_rows, prefill_in_step):
+                assert padded is not None
+                extra = kv.extra_blocks(req.id, self.prefill_target_tokens(req, 1))
+                # without room for 1 + N it waits rather than run unpadded, as in vLLM; in
+                # pdsim only blocks can run short here (the config keeps
+                # max_num_batched_tokens >= max_num_seqs * (1 + N))
+                if budget < 1 + self.n_spec or not pool.allocate(req.id, extra):
+                    waiting.appendleft(req)
+                    return True
+                self.start_prefill(req, now_s)
+                chunks.append((req, 1))
+                padded.append(req)
+                budget -= 1 + self.n_spec
+                continue
+            hit = 0
+            if caches_prefixes and req.num_computed == 0 and req.hash_ids:
+                hit = kv.prefix_hit(req)
+                req.num_computed = hit
+            n = self.chunk_tokens(req, budget)
+            if n <= 0 or (in_run and req.num_computed + n < req.seq_tokens):
+                req.num_computed -= hit
+                waiting.appendleft(req)
+                return not in_run  # (a run follows only one final chunk)
+            extra = kv.extra_blocks(req.id, self.prefill_target_tokens(req, n))
+            if reserve is not None:
+                if extra > pool.num_free - reserve:
+                    waiting.appendleft(req)
+                    return False
+                pool.allocate(req.id, extra)
+            elif not pool.allocate(req.id, extra):
+                req.num_computed -= hit
+                waiting.appendleft(req)
+                return True
+            if caches_prefixes:
+                kv.count_lookup(req, hit)
+            self.start_prefill(req, now_s)
+            chunks.append((req, n))
+            budget -= n
+            prefill_in_step = True
+        return True
 
     def pads_first_step(self, req: Request, num_rows: int, prefill_in_step: bool) -> bool:
         """Whether vLLM pads ``req``'s step to 1 + N tokens with placeholder drafts (PR
