@@ -1,4 +1,5 @@
-"""The scheduler built from its parts, without a Simulation: plans, outcomes, intake.
+"""The scheduler and a decode run built from their parts, without a Simulation: plans,
+outcomes, intake, a run's boundaries and its commit.
 
 Each test builds a ``Scheduler`` from a scheduler config, a role, a ``KVManager``, the
 ``DecodeRows`` and the drafter's settings, drives it by hand (``schedule`` then
@@ -6,6 +7,9 @@ Each test builds a ``Scheduler`` from a scheduler config, a role, a ``KVManager`
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -15,10 +19,15 @@ from pdsim.config_sections import SchedulerConfig
 from pdsim.engine.connector import KVTransferParams
 from pdsim.engine.decode_advance import DraftParams
 from pdsim.engine.decode_rows import DecodeRows
+from pdsim.engine.decode_run import DecodeRun
+from pdsim.engine.events import EngineEnvironment, step_end_priority
 from pdsim.engine.kv_manager import KVManager
 from pdsim.engine.request import Phase, Request
+from pdsim.engine.run_plan import plan_run_window, run_may_be_taken
 from pdsim.engine.scheduler import Scheduler, StepOutcome, StepPlan
+from pdsim.engine.step_log import StepLog
 from pdsim.kv_layout import KVLayout
+from pdsim.perf.base import StepBatch
 from pdsim.spec_decode.acceptance import AcceptanceSampler
 
 BLOCK = 16
@@ -165,3 +174,79 @@ def test_drop_all_returns_every_request_and_empties_the_pool() -> None:
     assert {r.id for r in served} == {0, 1, 2} and pinned == []
     assert d.pool.num_used == 0 and d.rows.count == 0
     assert not (d.waiting or d.running or d.receiving or d.prefilling)
+
+
+# ------------------------------------------------------------ a decode run, by hand
+
+
+class FixedSteps:
+    """A step-time model: ``base_s`` a step plus ``per_row_s`` per decode row."""
+
+    def __init__(self, base_s: float = 0.01, per_row_s: float = 0.001) -> None:
+        self.base_s, self.per_row_s = base_s, per_row_s
+
+    def step_time_s(self, batch: StepBatch) -> float:
+        return self.base_s + self.per_row_s * batch.decode_requests
+
+
+class Host:
+    """The instance as a decode run sees it (``RunHost``): it records what it is told."""
+
+    def __init__(self) -> None:
+        self.active_run: DecodeRun | None = None
+        self.routed: list[StepOutcome] = []
+        self.loads: list[Request] = []
+        self.busy_s = 0.0
+        self.ended = 0
+
+    def end_run(self) -> None:
+        run, self.active_run = self.active_run, None
+        assert run is not None
+        self.busy_s += run.commit()
+        self.ended += 1
+
+    def route(self, out: StepOutcome) -> None:
+        self.routed.append(out)
+
+    def start_kv_loads(self, reqs: Sequence[Request]) -> None:
+        self.loads.extend(reqs)
+
+
+def test_decode_run_from_its_parts() -> None:
+    c = make_scheduler(Role.COLOCATED)
+    short, long_ = request(0, 20, 3), request(1, 20, 6)
+    for r in (short, long_):
+        c.add_request(r)
+    step(c, 0.0, 0)  # both prompts in one step: they enter decode with 1 token out
+    log = StepLog("full")
+    log.add(0.0, 0.01, 40, 0, c.pool.num_used, 2, 0, 0)
+    assert run_may_be_taken(c.rows, prefilling=False)
+    window = plan_run_window(c.rows, c.layout, c.pool, 16, np.arange(16)[:, None])
+    assert window is not None
+    assert window.steps == 5  # the longer one needs 5 more steps; no empty step after it
+    env = EngineEnvironment()
+    host = Host()
+    model = FixedSteps()
+    run = DecodeRun(host, env, c, model, log, None, window.steps, window.max_steps,
+                    window.ahead, priority=step_end_priority(0), fault_at_s=math.inf,
+                    join_room=1, run_steps=np.arange(16)[:, None],
+                    run_rows=np.arange(c.rows.capacity))
+    host.active_run = run
+    run.wait_for(run.next_stop())
+    env.run()
+    assert host.ended == 1
+    # the short one finished at the end of the run's second step, the long one at its last
+    finished = [f for out in host.routed for f in out.finished]
+    assert [r.id for r, _ in finished] == [0, 1]
+    two_rows, one_row = model.base_s + 2 * model.per_row_s, model.base_s + model.per_row_s
+    assert finished[0][1] == pytest.approx(2 * two_rows)
+    assert finished[1][1] == pytest.approx(2 * two_rows + 3 * one_row)
+    # busy time is returned by the commit, and the step log holds every step of the run
+    assert host.busy_s == pytest.approx(2 * two_rows + 3 * one_row)
+    assert log.count == 1 + 5
+    cols = log.columns()
+    assert cols.counts["decode_requests"].tolist() == [0, 2, 2, 1, 1, 1]
+    assert short.num_output == 3 and long_.num_output == 6
+    assert short.phase is long_.phase is Phase.DONE
+    assert c.rows.count == 0 and c.pool.num_used == 0 and not c.running
+    assert short.segments == [[0, 0, 2]] and long_.segments == [[0, 0, 5]]
