@@ -18,7 +18,7 @@ from pdsim.config import Role, SimConfig
 from pdsim.engine.connector import ConnectorScheduler, KVTransferParams
 from pdsim.engine.events import EngineEnvironment
 from pdsim.engine.instance import EngineHooks, Instance
-from pdsim.engine.request import Request, Status, request_columns, request_segments
+from pdsim.engine.request import Request, RequestFacts, Status
 from pdsim.engine.router import make_router
 from pdsim.engine.transfers import make_network
 from pdsim.faults import FaultState
@@ -28,12 +28,20 @@ from pdsim.spec_decode.acceptance import AcceptanceSampler
 from pdsim.workload import RequestSpecs, generate_requests
 
 ProgressFn = Callable[[int, int], None]
+# ended requests recorded into the columns in batches of this many (settled ones only)
+RECORD_EVERY = 1024
 
 
 class Simulation:
     """A P/D (or colocated) cluster serving one workload under one config."""
 
-    def __init__(self, config: SimConfig, requests: RequestSpecs | None = None) -> None:
+    def __init__(self, config: SimConfig, requests: RequestSpecs | None = None, *,
+                 keep_requests: bool = True) -> None:
+        """``keep_requests``: keep every ``Request`` object for the whole run in
+        ``requests`` (what the invariant checker and tests that look into requests read).
+        Without it a request is made when it arrives and dropped once it has ended and
+        its facts are in the columns (``simulate`` runs so: memory then grows with the
+        requests' facts, not their objects). The results are the same either way."""
         self.config = config
         self.env = EngineEnvironment()
         # observers of the engine (tests, the invariant checker): attach before running
@@ -77,19 +85,25 @@ class Simulation:
         # per-pair links or a topology, state made as transfers use it (never P x D)
         self.network = make_network(self.env, config, self.instances)
         n_spec = config.speculative.num_speculative_tokens
-        hashes = self.specs.hash_ids
         # drafts accepted at each position, a row per request (the records' column)
         self.accepted_per_pos = np.zeros((len(self.specs), n_spec), dtype=np.int64)
         # token counts repeat: one int object per distinct count, not one per request
         prompts = self.specs.prompt_tokens.tolist()
         outputs = self.specs.output_tokens.tolist()
         ints: dict[int, int] = {}
-        self.requests = [
-            Request(i, arrival, ints.setdefault(prompts[i], prompts[i]),
-                    ints.setdefault(outputs[i], outputs[i]), n_spec,
-                    hashes[i] if hashes is not None else None, self.accepted_per_pos)
-            for i, arrival in enumerate(self.specs.arrival_s.tolist())
-        ]
+        self._n_spec = n_spec
+        self._prompts, self._outputs, self._ints = prompts, outputs, ints
+        self._arrival_s = self.specs.arrival_s.tolist()
+        self.num_requests = len(self._arrival_s)
+        # the requests' facts by column, written as each request ends and settles
+        self.request_facts = RequestFacts(self.specs.arrival_s, self.specs.prompt_tokens,
+                                          self.specs.output_tokens)
+        self._live: dict[int, Request] = {}  # made and not yet recorded, by id
+        self._ended: list[Request] = []  # ended, to be recorded once settled
+        self.keep_requests = keep_requests
+        self._requests: list[Request] | None = (
+            [self._make_request(i) for i in range(self.num_requests)] if keep_requests
+            else None)
         self.num_done = 0
         self._next_release = 0
         self._all_done = self.env.event()
@@ -99,12 +113,33 @@ class Simulation:
         self.faults = FaultState(config.faults, self.streams.get("faults"))
         self._transfers: dict[int, tuple[int, Instance, Instance]] = {}
 
+    @property
+    def requests(self) -> list[Request]:
+        """Every request, in id order (only with ``keep_requests``)."""
+        if self._requests is None:
+            raise AttributeError("this simulation does not keep its requests "
+                                 "(Simulation(..., keep_requests=True) does)")
+        return self._requests
+
+    def _make_request(self, i: int) -> Request:
+        prompts, outputs, ints = self._prompts, self._outputs, self._ints
+        hashes = self.specs.hash_ids
+        return Request(i, self._arrival_s[i], ints.setdefault(prompts[i], prompts[i]),
+                       ints.setdefault(outputs[i], outputs[i]), self._n_spec,
+                       hashes[i] if hashes is not None else None, self.accepted_per_pos)
+
+    def _request(self, i: int) -> Request:
+        """Request ``i`` as it arrives (made now unless the requests are kept)."""
+        req = self._requests[i] if self._requests is not None else self._make_request(i)
+        self._live[i] = req
+        return req
+
     # ------------------------------------------------------------------- run
 
     def run(self, progress: ProgressFn | None = None) -> Results:
         """Simulate until every request has finished, failed or been rejected."""
         self.start(progress)
-        if self.requests:
+        if self.num_requests:
             self.env.run(until=self._all_done)
         return self.results()
 
@@ -115,11 +150,11 @@ class Simulation:
         for inst in self.instances:
             self.env.process(inst.run())
         self._schedule_faults()
-        if not self.requests:
+        if not self.num_requests:
             return
         clients = self.specs.closed_loop_concurrency
         if clients is not None:
-            for _ in range(min(clients, len(self.requests))):
+            for _ in range(min(clients, self.num_requests)):
                 self._release_next()
         else:
             self.env.process(self._arrivals())
@@ -128,7 +163,7 @@ class Simulation:
     def done(self) -> bool:
         """The run is over: every request has finished, failed or been rejected, and the
         event that says so has been processed (where ``run`` stops)."""
-        return not self.requests or self._all_done.processed
+        return not self.num_requests or self._all_done.processed
 
     def step(self) -> None:
         """Process the next event (after ``start``)."""
@@ -139,13 +174,28 @@ class Simulation:
         being followed is committed as far as it got), the requests' facts by column,
         link samples and fault counts. A finished run hands its own lists over."""
         snapshots = [inst.snapshot() for inst in self.instances]
+        self._record_ended()
         done = self.done and not any(snap.live_rows for snap in snapshots)
         pool_of = {inst.name: inst.pool_name for inst in self.instances}
-        reqs = self.requests
-        return RunFacts(self.config,
-                        request_columns(reqs, pool_of, self.accepted_per_pos, done),
-                        request_segments(reqs, done), snapshots, self.network.samples(),
+        live = [self._live[i] for i in sorted(self._live)]
+        columns, segments = self.request_facts.columns(live, pool_of, self.accepted_per_pos,
+                                                      done and not live)
+        return RunFacts(self.config, columns, segments, snapshots, self.network.samples(),
                         dict(self.faults.counts), self.lease_expired, done)
+
+    def _record_ended(self, keep_unsettled: bool = False) -> None:
+        """Write the ended requests' facts into the columns and let them go. A request
+        that finished inside a decode run settles when the run commits (until then it
+        keeps its row): with ``keep_unsettled`` those wait for a later call."""
+        facts, live = self.request_facts, self._live
+        waiting: list[Request] = []
+        for req in self._ended:
+            if req.slot >= 0 and keep_unsettled:
+                waiting.append(req)
+                continue
+            facts.record(req)
+            del live[req.id]
+        self._ended = waiting
 
     def results(self) -> Results:
         """The results so far (``results_from(finalize())``)."""
@@ -157,16 +207,16 @@ class Simulation:
 
     def _arrivals(self) -> simpy.events.ProcessGenerator:
         env = self.env
-        for req in self.requests:
-            delay = req.arrival_s - env.now
+        for i, arrival_s in enumerate(self._arrival_s):
+            delay = arrival_s - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            self._dispatch(req)
+            self._dispatch(self._request(i))
 
     def _release_next(self) -> None:
-        if self._next_release >= len(self.requests):
+        if self._next_release >= self.num_requests:
             return
-        req = self.requests[self._next_release]
+        req = self._request(self._next_release)
         self._next_release += 1
         req.arrival_s = self.env.now
         self._dispatch(req)
@@ -414,19 +464,24 @@ class Simulation:
 
     def _terminal(self, req: Request) -> None:
         self.num_done += 1
+        ended = self._ended
+        ended.append(req)
+        if len(ended) >= RECORD_EVERY:
+            self._record_ended(keep_unsettled=True)
         if self._progress is not None and (self.num_done % 256 == 0
-                                           or self.num_done == len(self.requests)):
-            self._progress(self.num_done, len(self.requests))
+                                           or self.num_done == self.num_requests):
+            self._progress(self.num_done, self.num_requests)
         if self.closed_loop:
             self._release_next()
-        if self.num_done == len(self.requests) and not self._all_done.triggered:
+        if self.num_done == self.num_requests and not self._all_done.triggered:
             self._all_done.succeed()
 
 
 def simulate(config: SimConfig, requests: RequestSpecs | None = None,
              progress: ProgressFn | None = None) -> Results:
-    """Run one simulation of ``config`` and return its ``Results``."""
-    return Simulation(config, requests).run(progress)
+    """Run one simulation of ``config`` and return its ``Results`` (the requests' objects
+    are dropped as they end: ``Simulation(keep_requests=False)``)."""
+    return Simulation(config, requests, keep_requests=False).run(progress)
 
 
 __all__ = ["Simulation", "simulate"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-import operator
+from array import array
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -228,56 +228,118 @@ class Request:
                 f"{self.seq_tokens}, out={self.num_output}/{self.output_target})")
 
 
-def request_columns(reqs: Sequence[Request], pool_of: Mapping[str, str],
-                    accepted_per_pos: np.ndarray, done: bool) -> dict[str, Any]:
-    """The facts ``reqs`` hold (requests numbered 0..n-1 in order), one column each (the
-    records' raw columns; ``_finished`` says which finished), plus ``segments`` by id.
-    ``pool_of`` names each instance's pool. ``done``: the run is over, so the requests'
-    segment lists and the acceptance table are handed over rather than copied."""
-    n = len(reqs)
-
-    def col(name: str, dtype: Any = np.float64) -> np.ndarray:
-        return np.fromiter(map(operator.attrgetter(name), reqs), dtype=dtype, count=n)
-
-    return {
-        "request_id": col("id", np.int64),
-        "status": [r.status.value for r in reqs],
-        "fail_reason": [r.fail_reason for r in reqs],
-        "arrival_s": col("arrival_s"),
-        "prompt_tokens": col("prompt_tokens", np.int64),
-        "output_tokens": col("num_output", np.int64),
-        "target_output_tokens": col("output_target", np.int64),
-        "prefill_instance": [r.p_instance for r in reqs],
-        "decode_instance": [r.d_instance for r in reqs],
-        "prefill_pool": [pool_of.get(r.p_instance, "") for r in reqs],
-        "decode_pool": [pool_of.get(r.d_instance, "") for r in reqs],
-        "p_queued_s": col("p_queued_s"), "p_start_s": col("p_start_s"),
-        "p_end_s": col("p_end_s"),
-        "transfer_start_s": col("transfer_start_s"), "transfer_end_s": col("transfer_end_s"),
-        "d_queued_s": col("d_queued_s"), "first_token_s": col("first_token_s"),
-        "finish_s": col("finish_s"),
-        "p_prompt_tokens": col("p_prompt_tokens", np.int64),
-        "kv_bytes_transferred": col("kv_bytes", np.int64),
-        "tokens_recomputed_on_d": col("tokens_recomputed_on_d", np.int64),
-        "d_local_prefill_tokens": col("d_local_prefill_tokens", np.int64),
-        "num_preemptions": col("num_preemptions", np.int64),
-        "num_drafts": col("num_drafts", np.int64),
-        "num_draft_tokens": col("num_draft_tokens", np.int64),
-        "num_accepted_tokens": col("num_accepted_tokens", np.int64),
-        # the simulation's table, a row per request (a copy while the run goes on)
-        "accepted_per_pos": accepted_per_pos if done else accepted_per_pos.copy(),
-        "prefix_hit_tokens": col("prefix_hit_tokens", np.int64),
-        "padded_first_steps": col("padded_first_steps", np.int64),
-        "_finished": np.fromiter((r.status is Status.FINISHED for r in reqs), dtype=bool,
-                                 count=n),
-    }
+# the facts a request leaves behind, as (column, attribute, dtype): numbers in arrays
+_NUMERIC_FACTS = (
+    ("arrival_s", "arrival_s", np.float64),
+    ("output_tokens", "num_output", np.int64),
+    ("p_queued_s", "p_queued_s", np.float64),
+    ("p_start_s", "p_start_s", np.float64),
+    ("p_end_s", "p_end_s", np.float64),
+    ("transfer_start_s", "transfer_start_s", np.float64),
+    ("transfer_end_s", "transfer_end_s", np.float64),
+    ("d_queued_s", "d_queued_s", np.float64),
+    ("first_token_s", "first_token_s", np.float64),
+    ("finish_s", "finish_s", np.float64),
+    ("p_prompt_tokens", "p_prompt_tokens", np.int64),
+    ("kv_bytes_transferred", "kv_bytes", np.int64),
+    ("tokens_recomputed_on_d", "tokens_recomputed_on_d", np.int64),
+    ("d_local_prefill_tokens", "d_local_prefill_tokens", np.int64),
+    ("num_preemptions", "num_preemptions", np.int64),
+    ("num_drafts", "num_drafts", np.int64),
+    ("num_draft_tokens", "num_draft_tokens", np.int64),
+    ("num_accepted_tokens", "num_accepted_tokens", np.int64),
+    ("prefix_hit_tokens", "prefix_hit_tokens", np.int64),
+    ("padded_first_steps", "padded_first_steps", np.int64),
+)
+# ... and the ones held as Python objects (strings, None)
+_OBJECT_FACTS = (
+    ("fail_reason", "fail_reason"),
+    ("prefill_instance", "p_instance"),
+    ("decode_instance", "d_instance"),
+)
 
 
-def request_segments(reqs: Sequence[Request], done: bool) -> dict[int, list[list[int]]]:
-    """Each request's output segments by id (its own lists when ``done``, else copies)."""
-    if done:
-        return {r.id: r.segments for r in reqs}
-    return {r.id: list(r.segments) for r in reqs}
+class RequestFacts:
+    """The facts of a simulation's requests by column, a row per request id: a request's
+    row is written once it has ended and its counters are settled (``record``), so the
+    run needs no per-request object after that. Rows not yet written hold what a request
+    has before it arrives: its arrival time and token counts, nothing else."""
+
+    def __init__(self, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
+                 output_tokens: np.ndarray) -> None:
+        n = len(arrival_s)
+        self.num_requests = n
+        cols: dict[str, np.ndarray] = {}
+        for name, _, dtype in _NUMERIC_FACTS:
+            cols[name] = (np.full(n, NAN) if dtype is np.float64
+                          else np.zeros(n, dtype=np.int64))
+        cols["arrival_s"][:] = arrival_s
+        cols["p_prompt_tokens"][:] = prompt_tokens
+        self.numeric = cols
+        self.prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
+        self.output_target = np.asarray(output_tokens, dtype=np.int64)
+        self.objects: dict[str, list[Any]] = {
+            "fail_reason": [None] * n, "prefill_instance": [""] * n,
+            "decode_instance": [""] * n}
+        self.status: list[str] = [Status.IN_FLIGHT.value] * n
+        self.finished = np.zeros(n, dtype=bool)
+        # output segments (request id, instance, first step, last step), flat
+        self.segments = array("q")
+        self._attrs = [(cols[name], attr) for name, attr, _ in _NUMERIC_FACTS]
+        self._object_attrs = [(self.objects[name], attr) for name, attr in _OBJECT_FACTS]
+
+    def record(self, req: Request) -> None:
+        """Write ``req``'s row (it has ended and its decode row, if any, is settled)."""
+        rid = req.id
+        for col, attr in self._attrs:
+            col[rid] = getattr(req, attr)
+        for obj_col, attr in self._object_attrs:
+            obj_col[rid] = getattr(req, attr)
+        self.status[rid] = req.status.value
+        self.finished[rid] = req.status is Status.FINISHED
+        segs = self.segments
+        for inst, first, last in req.segments:
+            segs.extend((rid, inst, first, last))
+
+    def columns(self, live: Sequence[Request], pool_of: Mapping[str, str],
+                accepted_per_pos: np.ndarray, done: bool
+                ) -> tuple[dict[str, Any], dict[int, list[list[int]]]]:
+        """The records' raw columns (``_finished`` says which finished) and every
+        request's output segments by id, with the facts of the ``live`` requests (not yet
+        recorded: still in flight) written over their rows. ``done``: the run is over
+        and nothing is live, so the columns and the acceptance table are handed over
+        rather than copied."""
+        numeric = self.numeric if done else {k: v.copy() for k, v in self.numeric.items()}
+        objects = self.objects if done else {k: list(v) for k, v in self.objects.items()}
+        status = self.status if done else list(self.status)
+        finished = self.finished if done else self.finished.copy()
+        segments: dict[int, list[list[int]]] = {rid: [] for rid in range(self.num_requests)}
+        flat = self.segments
+        for k in range(0, len(flat), 4):
+            segments[flat[k]].append([flat[k + 1], flat[k + 2], flat[k + 3]])
+        for req in live:
+            rid = req.id
+            for name, attr, _ in _NUMERIC_FACTS:
+                numeric[name][rid] = getattr(req, attr)
+            for name, attr in _OBJECT_FACTS:
+                objects[name][rid] = getattr(req, attr)
+            status[rid] = req.status.value
+            finished[rid] = req.status is Status.FINISHED
+            segments[rid] = [list(seg) for seg in req.segments]
+        cols: dict[str, Any] = {
+            "request_id": np.arange(self.num_requests, dtype=np.int64),
+            "status": status,
+            "prompt_tokens": self.prompt_tokens.copy(),
+            "target_output_tokens": self.output_target.copy(),
+            "prefill_pool": [pool_of.get(name, "") for name in objects["prefill_instance"]],
+            "decode_pool": [pool_of.get(name, "") for name in objects["decode_instance"]],
+            # the simulation's table, a row per request (a copy while the run goes on)
+            "accepted_per_pos": accepted_per_pos if done else accepted_per_pos.copy(),
+            "_finished": finished,
+        }
+        cols.update(numeric)
+        cols.update(objects)
+        return cols, segments
 
 
 def tokens_left(req: Request) -> int:
