@@ -302,8 +302,13 @@ class Scheduler:
         padded: list[Request] = []
         self.admit(budget, num_rows, bool(chunks), now_s, chunks, padded)
 
+        loads = self._loads
+        kv_loads: tuple[Request, ...] = ()
+        if loads:
+            kv_loads = tuple(loads)
+            loads.clear()
         if not chunks and not num_rows:
-            return StepPlan(chunks, 0, None, (), tuple(self.take_kv_loads()))
+            return StepPlan(chunks, 0, None, (), kv_loads)
         prefill_tokens = 0
         pairs = 0.0
         context_sum = repair = 0
@@ -321,7 +326,7 @@ class Scheduler:
         decode_rows = num_rows + len(padded)
         batch = StepBatch(prefill_tokens, pairs, decode_rows, decode_rows * tokens_per_row,
                           context_sum, repair)
-        return StepPlan(chunks, num_rows, batch, tuple(padded), tuple(self.take_kv_loads()))
+        return StepPlan(chunks, num_rows, batch, tuple(padded), kv_loads)
 
     def admit(self, budget: int, num_rows: int, prefill_in_step: bool, now_s: float,
               chunks: list[tuple[Request, int]], padded: list[Request] | None,
@@ -460,7 +465,10 @@ class Scheduler:
             # release from the highest row down so moved rows are never revisited
             for s in self.rows.apply_step(plan.num_decode):
                 self.finish_row(s, step, now)
-        return self.take_outcome()
+        out = self._outcome
+        if out is not None:
+            self._outcome = None
+        return out
 
     def complete_chunk(self, req: Request, n: int, step: int, now: float,
                        padded: bool = False) -> None:
