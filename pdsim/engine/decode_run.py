@@ -234,8 +234,9 @@ class DecodeRun:
         if finishing is not None:
             for s in finishing:
                 self._finish_row(s, j)
-        out = sched.take_outcome()
+        out = sched.outcome  # (``take_outcome``, inline: a boundary is a hot path)
         if out is not None:
+            sched.outcome = None
             self.host.route(out)
         before = self._state()
         ok = True

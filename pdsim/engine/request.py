@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 from array import array
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -259,6 +260,9 @@ _OBJECT_FACTS = (
 )
 
 
+FLUSH_ROWS = 1024  # recorded rows moved into the columns together
+
+
 class RequestFacts:
     """The facts of a simulation's requests by column, a row per request id: a request's
     row is written once it has ended and its counters are settled (``record``), so the
@@ -285,21 +289,46 @@ class RequestFacts:
         self.finished = np.zeros(n, dtype=bool)
         # output segments (request id, instance, first step, last step), flat
         self.segments = array("q")
-        self._attrs = [(cols[name], attr) for name, attr, _ in _NUMERIC_FACTS]
-        self._object_attrs = [(self.objects[name], attr) for name, attr in _OBJECT_FACTS]
+        # rows recorded since the last flush: ids, numeric facts, (status, objects)
+        self._ids: list[int] = []
+        self._numbers: list[tuple[Any, ...]] = []
+        self._others: list[tuple[Any, ...]] = []
+        self._numbers_of = operator.attrgetter(*(attr for _, attr, _ in _NUMERIC_FACTS))
+        self._others_of = operator.attrgetter("status", *(attr for _, attr in _OBJECT_FACTS))
 
     def record(self, req: Request) -> None:
-        """Write ``req``'s row (it has ended and its decode row, if any, is settled)."""
+        """Write ``req``'s row (it has ended and its decode row, if any, is settled): its
+        facts are read now and go into the columns a block of rows at a time."""
         rid = req.id
-        for col, attr in self._attrs:
-            col[rid] = getattr(req, attr)
-        for obj_col, attr in self._object_attrs:
-            obj_col[rid] = getattr(req, attr)
-        self.status[rid] = req.status.value
-        self.finished[rid] = req.status is Status.FINISHED
+        self._ids.append(rid)
+        self._numbers.append(self._numbers_of(req))
+        self._others.append(self._others_of(req))
         segs = self.segments
         for inst, first, last in req.segments:
             segs.extend((rid, inst, first, last))
+        if len(self._ids) >= FLUSH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Move the recorded rows into the columns (integers pass exactly through the
+        float64 block: every count is far below 2**53)."""
+        ids_list = self._ids
+        if not ids_list:
+            return
+        ids = np.array(ids_list, dtype=np.int64)
+        block = np.array(self._numbers, dtype=np.float64)
+        numeric = self.numeric
+        for j, (name, _, _) in enumerate(_NUMERIC_FACTS):
+            numeric[name][ids] = block[:, j]
+        status, finished = self.status, self.finished
+        objects = [self.objects[name] for name, _ in _OBJECT_FACTS]
+        done = Status.FINISHED
+        for rid, (st, *values) in zip(ids_list, self._others, strict=True):
+            status[rid] = st.value
+            finished[rid] = st is done
+            for col, value in zip(objects, values, strict=True):
+                col[rid] = value
+        self._ids, self._numbers, self._others = [], [], []
 
     def columns(self, live: Sequence[Request], pool_of: Mapping[str, str],
                 accepted_per_pos: np.ndarray, done: bool
@@ -309,6 +338,7 @@ class RequestFacts:
         recorded: still in flight) written over their rows. ``done``: the run is over
         and nothing is live, so the columns and the acceptance table are handed over
         rather than copied."""
+        self._flush()
         numeric = self.numeric if done else {k: v.copy() for k, v in self.numeric.items()}
         objects = self.objects if done else {k: list(v) for k, v in self.objects.items()}
         status = self.status if done else list(self.status)

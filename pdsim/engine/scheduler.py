@@ -107,18 +107,19 @@ class Scheduler:
         self.prefilling = PrefillingList()
         self.pinned: dict[int, Request] = {}  # in the order they were pinned
         self.preemptions = 0
-        self._outcome: StepOutcome | None = None  # filled while a step is applied
+        # what the step being applied completed so far (``take_outcome`` hands it over)
+        self.outcome: StepOutcome | None = None
         self._loads: list[Request] = []  # KV loads started while planning
 
     def _out(self) -> StepOutcome:
-        out = self._outcome
+        out = self.outcome
         if out is None:
-            out = self._outcome = StepOutcome()
+            out = self.outcome = StepOutcome()
         return out
 
     def take_outcome(self) -> StepOutcome | None:
         """What was finished since the last call (None: nothing to route)."""
-        out, self._outcome = self._outcome, None
+        out, self.outcome = self.outcome, None
         return out
 
     def take_kv_loads(self) -> list[Request]:
@@ -465,9 +466,9 @@ class Scheduler:
             # release from the highest row down so moved rows are never revisited
             for s in self.rows.apply_step(plan.num_decode):
                 self.finish_row(s, step, now)
-        out = self._outcome
+        out = self.outcome
         if out is not None:
-            self._outcome = None
+            self.outcome = None
         return out
 
     def complete_chunk(self, req: Request, n: int, step: int, now: float,
