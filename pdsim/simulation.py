@@ -88,12 +88,12 @@ class Simulation:
         # drafts accepted at each position, a row per request (the records' column)
         self.accepted_per_pos = np.zeros((len(self.specs), n_spec), dtype=np.int64)
         # token counts repeat: one int object per distinct count, not one per request
-        prompts = self.specs.prompt_tokens.tolist()
-        outputs = self.specs.output_tokens.tolist()
-        ints: dict[int, int] = {}
+        self._ints: dict[int, int] = {}
         self._n_spec = n_spec
-        self._prompts, self._outputs, self._ints = prompts, outputs, ints
-        self._arrival_s = self.specs.arrival_s.tolist()
+        # requests are made from the specs' arrays (no Python list of a number a request)
+        self._arrival_s = self.specs.arrival_s
+        self._prompts = self.specs.prompt_tokens
+        self._outputs = self.specs.output_tokens
         self.num_requests = len(self._arrival_s)
         # the requests' facts by column, written as each request ends and settles
         self.request_facts = RequestFacts(self.specs.arrival_s, self.specs.prompt_tokens,
@@ -122,10 +122,11 @@ class Simulation:
         return self._requests
 
     def _make_request(self, i: int) -> Request:
-        prompts, outputs, ints = self._prompts, self._outputs, self._ints
+        ints = self._ints
+        prompt, output = self._prompts.item(i), self._outputs.item(i)
         hashes = self.specs.hash_ids
-        return Request(i, self._arrival_s[i], ints.setdefault(prompts[i], prompts[i]),
-                       ints.setdefault(outputs[i], outputs[i]), self._n_spec,
+        return Request(i, self._arrival_s.item(i), ints.setdefault(prompt, prompt),
+                       ints.setdefault(output, output), self._n_spec,
                        hashes[i] if hashes is not None else None, self.accepted_per_pos)
 
     def _request(self, i: int) -> Request:
@@ -207,8 +208,9 @@ class Simulation:
 
     def _arrivals(self) -> simpy.events.ProcessGenerator:
         env = self.env
-        for i, arrival_s in enumerate(self._arrival_s):
-            delay = arrival_s - env.now
+        arrivals = self._arrival_s
+        for i in range(self.num_requests):
+            delay = arrivals.item(i) - env.now
             if delay > 0:
                 yield env.timeout(delay)
             self._dispatch(self._request(i))
