@@ -16,26 +16,33 @@ import numpy as np
 import simpy
 
 from pdsim.config import Role, SimConfig
-from pdsim.engine.cluster import EngineHooks
 from pdsim.engine.connector import ConnectorScheduler, KVTransferParams
 from pdsim.engine.events import EngineEnvironment
-from pdsim.engine.instance import Instance
-from pdsim.engine.request import Phase, Request, Status
+from pdsim.engine.instance import EngineHooks, Instance
+from pdsim.engine.request import Request, RequestFacts, Status
 from pdsim.engine.router import make_router
 from pdsim.engine.transfers import make_network
 from pdsim.faults import FaultState
-from pdsim.results import Results, results_from
+from pdsim.results import Results, RunFacts, results_from
 from pdsim.rng import RandomStreams, UniformBuffer
 from pdsim.spec_decode.acceptance import AcceptanceSampler
 from pdsim.workload import RequestSpecs, generate_requests
 
 ProgressFn = Callable[[int, int], None]
+# ended requests recorded into the columns in batches of this many (settled ones only)
+RECORD_EVERY = 1024
 
 
 class Simulation:
     """A P/D (or colocated) cluster serving one workload under one config."""
 
-    def __init__(self, config: SimConfig, requests: RequestSpecs | None = None) -> None:
+    def __init__(self, config: SimConfig, requests: RequestSpecs | None = None, *,
+                 keep_requests: bool = True) -> None:
+        """``keep_requests``: keep every ``Request`` object for the whole run in
+        ``requests`` (what the invariant checker and tests that look into requests read).
+        Without it a request is made when it arrives and dropped once it has ended and
+        its facts are in the columns (``simulate`` runs so: memory then grows with the
+        requests' facts, not their objects). The results are the same either way."""
         self.config = config
         self.env = EngineEnvironment()
         # observers of the engine (tests, the invariant checker): attach before running
@@ -79,19 +86,25 @@ class Simulation:
         # per-pair links or a topology, state made as transfers use it (never P x D)
         self.network = make_network(self.env, config, self.instances)
         n_spec = config.speculative.num_speculative_tokens
-        hashes = self.specs.hash_ids
         # drafts accepted at each position, a row per request (the records' column)
         self.accepted_per_pos = np.zeros((len(self.specs), n_spec), dtype=np.int64)
         # token counts repeat: one int object per distinct count, not one per request
-        prompts = self.specs.prompt_tokens.tolist()
-        outputs = self.specs.output_tokens.tolist()
-        ints: dict[int, int] = {}
-        self.requests = [
-            Request(i, arrival, ints.setdefault(prompts[i], prompts[i]),
-                    ints.setdefault(outputs[i], outputs[i]), n_spec,
-                    hashes[i] if hashes is not None else None, self.accepted_per_pos)
-            for i, arrival in enumerate(self.specs.arrival_s.tolist())
-        ]
+        self._ints: dict[int, int] = {}
+        self._n_spec = n_spec
+        # requests are made from the specs' arrays (no Python list of a number a request)
+        self._arrival_s = self.specs.arrival_s
+        self._prompts = self.specs.prompt_tokens
+        self._outputs = self.specs.output_tokens
+        self.num_requests = len(self._arrival_s)
+        # the requests' facts by column, written as each request ends and settles
+        self.request_facts = RequestFacts(self.specs.arrival_s, self.specs.prompt_tokens,
+                                          self.specs.output_tokens)
+        self._live: dict[int, Request] = {}  # made and not yet recorded, by id
+        self._ended: list[Request] = []  # ended, to be recorded once settled
+        self.keep_requests = keep_requests
+        self._requests: list[Request] | None = (
+            [self._make_request(i) for i in range(self.num_requests)] if keep_requests
+            else None)
         self.num_done = 0
         self._next_release = 0
         self._all_done = self.env.event()
@@ -108,14 +121,36 @@ class Simulation:
         self._live_table: np.ndarray | None = None
         self._live_dispatch_s = 0.0  # when the last request added live is dispatched
 
+    @property
+    def requests(self) -> list[Request]:
+        """Every request, in id order (only with ``keep_requests``)."""
+        if self._requests is None:
+            raise AttributeError("this simulation does not keep its requests "
+                                 "(Simulation(..., keep_requests=True) does)")
+        return self._requests
+
+    def _make_request(self, i: int) -> Request:
+        ints = self._ints
+        prompt, output = self._prompts.item(i), self._outputs.item(i)
+        hashes = self.specs.hash_ids
+        return Request(i, self._arrival_s.item(i), ints.setdefault(prompt, prompt),
+                       ints.setdefault(output, output), self._n_spec,
+                       hashes[i] if hashes is not None else None, self.accepted_per_pos)
+
+    def _request(self, i: int) -> Request:
+        """Request ``i`` as it arrives (made now unless the requests are kept)."""
+        req = self._requests[i] if self._requests is not None else self._make_request(i)
+        self._live[i] = req
+        return req
+
     # ------------------------------------------------------------------- run
 
     def run(self, progress: ProgressFn | None = None) -> Results:
         """Simulate until every request has finished, failed or been rejected."""
         self.start(progress)
-        if self.requests:
+        if self.num_requests:
             self.env.run(until=self._all_done)
-        return self.finalize()
+        return self.results()
 
     def start(self, progress: ProgressFn | None = None) -> None:
         """Start the engines, the faults and the arrivals; then ``step()`` (or ``run``)
@@ -124,11 +159,11 @@ class Simulation:
         for inst in self.instances:
             self.env.process(inst.run())
         self._schedule_faults()
-        if not self.requests:
+        if not self.num_requests:
             return
         clients = self.specs.closed_loop_concurrency
         if clients is not None:
-            for _ in range(min(clients, len(self.requests))):
+            for _ in range(min(clients, self.num_requests)):
                 self._release_next()
         else:
             self.env.process(self._arrivals())
@@ -137,16 +172,43 @@ class Simulation:
     def done(self) -> bool:
         """The run is over: every request has finished, failed or been rejected, and the
         event that says so has been processed (where ``run`` stops)."""
-        return not self.requests or self._all_done.processed
+        return not self.num_requests or self._all_done.processed
 
     def step(self) -> None:
         """Process the next event (after ``start``)."""
         self.env.step()
 
-    def finalize(self) -> Results:
-        """The results so far: each instance's snapshot (a decode run being followed is
-        committed as far as it got), read into records and a summary."""
-        return results_from(self, [inst.snapshot() for inst in self.instances])
+    def finalize(self) -> RunFacts:
+        """The facts so far, as a plain value: each instance's snapshot (a decode run
+        being followed is committed as far as it got), the requests' facts by column,
+        link samples and fault counts. A finished run hands its own lists over."""
+        snapshots = [inst.snapshot() for inst in self.instances]
+        self._record_ended()
+        done = self.done and not any(snap.live_rows for snap in snapshots)
+        pool_of = {inst.name: inst.pool_name for inst in self.instances}
+        live = [self._live[i] for i in sorted(self._live)]
+        columns, segments = self.request_facts.columns(live, pool_of, self.accepted_per_pos,
+                                                      done and not live)
+        return RunFacts(self.config, columns, segments, snapshots, self.network.samples(),
+                        dict(self.faults.counts), self.lease_expired, done)
+
+    def _record_ended(self, keep_unsettled: bool = False) -> None:
+        """Write the ended requests' facts into the columns and let them go. A request
+        that finished inside a decode run settles when the run commits (until then it
+        keeps its row): with ``keep_unsettled`` those wait for a later call."""
+        facts, live = self.request_facts, self._live
+        waiting: list[Request] = []
+        for req in self._ended:
+            if req.slot >= 0 and keep_unsettled:
+                waiting.append(req)
+                continue
+            facts.record(req)
+            del live[req.id]
+        self._ended = waiting
+
+    def results(self) -> Results:
+        """The results so far (``results_from(finalize())``)."""
+        return results_from(self.finalize())
 
     def next_fault_after(self, now_s: float) -> float:
         """The next scheduled fault strictly after ``now_s`` (inf if none)."""
@@ -154,16 +216,17 @@ class Simulation:
 
     def _arrivals(self) -> simpy.events.ProcessGenerator:
         env = self.env
-        for req in self.requests:
-            delay = req.arrival_s - env.now
+        arrivals = self._arrival_s
+        for i in range(self.num_requests):
+            delay = arrivals.item(i) - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            self._dispatch(req)
+            self._dispatch(self._request(i))
 
     def _release_next(self) -> None:
-        if self._next_release >= len(self.requests):
+        if self._next_release >= self.num_requests:
             return
-        req = self.requests[self._next_release]
+        req = self._request(self._next_release)
         self._next_release += 1
         req.arrival_s = self.env.now
         self._dispatch(req)
@@ -207,7 +270,7 @@ class Simulation:
             return
         params = KVTransferParams(do_remote_decode=True)
         req.kv_params = params
-        req.p_prompt_tokens = self.connector._truncate_request_for_prefill(
+        req.p_prompt_tokens = self.connector.truncate_request_for_prefill(
             params, req.prompt_tokens)
         req.seq_tokens = req.p_prompt_tokens  # P runs it with max_tokens = 1
         if not self._fits(p, req.p_prompt_tokens) or not any(
@@ -252,7 +315,7 @@ class Simulation:
         req.d_instance = d.name
         req.d_queued_s = self.env.now
         req.seq_tokens = req.prompt_tokens
-        remote = self.connector._get_remote_prefill_token_count(req.prompt_tokens)
+        remote = self.connector.remote_prefill_token_count(req.prompt_tokens)
         req.remote_tokens = min(remote, req.p_prompt_tokens)
         if req.remote_tokens == 0:
             p.release_pinned(req)
@@ -413,23 +476,27 @@ class Simulation:
         req.status = Status.FAILED
         req.fail_reason = reason
         req.finish_s = self.env.now
-        req.phase = Phase.DONE
+        req.end()
         self._terminal(req)
 
     def reject(self, req: Request, reason: str) -> None:
         req.status = Status.REJECTED
         req.fail_reason = reason
-        req.phase = Phase.DONE
+        req.end()
         self._terminal(req)
 
     def _terminal(self, req: Request) -> None:
         self.num_done += 1
+        ended = self._ended
+        ended.append(req)
+        if len(ended) >= RECORD_EVERY:
+            self._record_ended(keep_unsettled=True)
         if self._progress is not None and (self.num_done % 256 == 0
-                                           or self.num_done == len(self.requests)):
-            self._progress(self.num_done, len(self.requests))
+                                           or self.num_done == self.num_requests):
+            self._progress(self.num_done, self.num_requests)
         if self.closed_loop:
             self._release_next()
-        if self.num_done == len(self.requests) and not self._all_done.triggered:
+        if self.num_done == self.num_requests and not self._all_done.triggered:
             self._all_done.succeed()
 
     # ------------------------------------------------------------ live intake
@@ -503,8 +570,9 @@ class Simulation:
 
 def simulate(config: SimConfig, requests: RequestSpecs | None = None,
              progress: ProgressFn | None = None) -> Results:
-    """Run one simulation of ``config`` and return its ``Results``."""
-    return Simulation(config, requests).run(progress)
+    """Run one simulation of ``config`` and return its ``Results`` (the requests' objects
+    are dropped as they end: ``Simulation(keep_requests=False)``)."""
+    return Simulation(config, requests, keep_requests=False).run(progress)
 
 
 __all__ = ["Simulation", "simulate"]

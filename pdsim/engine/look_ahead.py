@@ -14,7 +14,6 @@ from pdsim.engine.decode_advance import (
     Terms,
     advance,
     repair_positions,
-    row_may_run,
 )
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ class Ahead(NamedTuple):
 def look_ahead(rows: DecodeRows, layout: KVLayout, count: int, steps: int,
                step_index: np.ndarray) -> Ahead:
     """The next ``steps`` decode steps of rows ``0..count-1``, which may be looked ahead
-    (``run_may_start``). ``step_index`` is the column 0, 1, 2, ..."""
+    (``DecodeRows.may_run``). ``step_index`` is the column 0, 1, 2, ..."""
     which = slice(0, count)
     draft = rows.draft
     n = draft.num_spec_tokens
@@ -98,7 +97,7 @@ def look_ahead_row(rows: DecodeRows, layout: KVLayout, fresh_rows: FreshRows | N
     per request, so its look-ahead's cost is its number of array operations: a row
     entering decode fresh reads it from a table built for a block of requests
     (``fresh_rows``), any other computes it alone, with 1-D draws."""
-    if not row_may_run(rows, row):
+    if not rows.row_may_run(row):
         return None
     draft = rows.draft
     n = draft.num_spec_tokens
