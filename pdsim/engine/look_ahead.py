@@ -166,6 +166,16 @@ class FreshRows:
         self._output = output_tokens
         self._blocks: dict[int, tuple[np.ndarray, Terms, np.ndarray, np.ndarray]] = {}
 
+    def requests_added(self, prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> None:
+        """The simulation took more requests (live intake): every request's lengths are
+        now in these arrays. The last block, built short of the new requests, is built
+        again when asked (a block built before a request's output target changed fails
+        ``look_ahead``'s check for that request, which is then computed alone)."""
+        if len(self._prompt):
+            self._blocks.pop((len(self._prompt) - 1) // self.block, None)
+        self._prompt = prompt_tokens
+        self._output = output_tokens
+
     def look_ahead(self, request_id: int, steps: int, context: int, left: int, held: int,
                    repair_first: int) -> AheadRow | None:
         """``look_ahead_row`` of request ``request_id``'s row over ``steps`` steps, given

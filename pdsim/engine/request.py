@@ -135,6 +135,11 @@ class Request:
     def accepted_per_pos(self, value: np.ndarray) -> None:
         self._accepted[self._accepted_row] = value
 
+    def move_accepted(self, table: np.ndarray) -> None:
+        """Its drafts-accepted row is now in ``table``, at the same row: the simulation's
+        table grew (live intake) and its rows were copied there."""
+        self._accepted = table
+
     def start_attempt(self) -> None:
         """Clear the working state and the per-hop facts: the request (again) starts at
         the proxy, before P (on creation, and on a retry after an outage)."""
@@ -263,6 +268,14 @@ _OBJECT_FACTS = (
 FLUSH_ROWS = 1024  # recorded rows moved into the columns together
 
 
+def with_room(a: np.ndarray, rows: int, fill: float = 0) -> np.ndarray:
+    """``a`` copied into a new array of ``rows`` rows (at least as many as it has), the
+    rows after its own set to ``fill``: storage that grows by reallocation (live intake)."""
+    out = np.full((rows, *a.shape[1:]), fill, dtype=a.dtype)
+    out[:len(a)] = a
+    return out
+
+
 class RequestFacts:
     """The facts of a simulation's requests by column, a row per request id: a request's
     row is written once it has ended and its counters are settled (``record``), so the
@@ -295,6 +308,33 @@ class RequestFacts:
         self._others: list[tuple[Any, ...]] = []
         self._numbers_of = operator.attrgetter(*(attr for _, attr, _ in _NUMERIC_FACTS))
         self._others_of = operator.attrgetter("status", *(attr for _, attr in _OBJECT_FACTS))
+
+    def add(self, arrival_s: float, prompt_tokens: int, output_tokens: int) -> None:
+        """A row for one more request, after the others (live intake), holding what a
+        request has before it arrives, as every row does; the arrays keep room for more
+        (their capacity doubles when full, so adding ``n`` rows costs O(n) in all)."""
+        rid = self.num_requests
+        if rid == len(self.finished):
+            rows = max(64, 2 * rid)
+            self.numeric = {name: with_room(col, rows, NAN if col.dtype == np.float64 else 0)
+                            for name, col in self.numeric.items()}
+            self.prompt_tokens = with_room(self.prompt_tokens, rows)
+            self.output_target = with_room(self.output_target, rows)
+            self.finished = with_room(self.finished, rows, False)
+        self.numeric["arrival_s"][rid] = arrival_s
+        self.numeric["p_prompt_tokens"][rid] = prompt_tokens
+        self.prompt_tokens[rid] = prompt_tokens
+        self.output_target[rid] = output_tokens
+        objects = self.objects
+        objects["fail_reason"].append(None)
+        objects["prefill_instance"].append("")
+        objects["decode_instance"].append("")
+        self.status.append(Status.IN_FLIGHT.value)
+        self.num_requests = rid + 1
+
+    def retarget(self, rid: int, output_tokens: int) -> None:
+        """Request ``rid`` (not yet recorded) now generates ``output_tokens``."""
+        self.output_target[rid] = output_tokens
 
     def record(self, req: Request) -> None:
         """Write ``req``'s row (it has ended and its decode row, if any, is settled): its
@@ -339,11 +379,12 @@ class RequestFacts:
         and nothing is live, so the columns and the acceptance table are handed over
         rather than copied."""
         self._flush()
-        numeric = self.numeric if done else {k: v.copy() for k, v in self.numeric.items()}
+        n = self.num_requests  # the arrays may have room for more rows (``add``)
+        numeric = {k: v[:n] if done else v[:n].copy() for k, v in self.numeric.items()}
         objects = self.objects if done else {k: list(v) for k, v in self.objects.items()}
         status = self.status if done else list(self.status)
-        finished = self.finished if done else self.finished.copy()
-        segments: dict[int, list[list[int]]] = {rid: [] for rid in range(self.num_requests)}
+        finished = self.finished[:n] if done else self.finished[:n].copy()
+        segments: dict[int, list[list[int]]] = {rid: [] for rid in range(n)}
         flat = self.segments
         for k in range(0, len(flat), 4):
             segments[flat[k]].append([flat[k + 1], flat[k + 2], flat[k + 3]])
@@ -357,10 +398,10 @@ class RequestFacts:
             finished[rid] = req.status is Status.FINISHED
             segments[rid] = [list(seg) for seg in req.segments]
         cols: dict[str, Any] = {
-            "request_id": np.arange(self.num_requests, dtype=np.int64),
+            "request_id": np.arange(n, dtype=np.int64),
             "status": status,
-            "prompt_tokens": self.prompt_tokens.copy(),
-            "target_output_tokens": self.output_target.copy(),
+            "prompt_tokens": self.prompt_tokens[:n].copy(),
+            "target_output_tokens": self.output_target[:n].copy(),
             "prefill_pool": [pool_of.get(name, "") for name in objects["prefill_instance"]],
             "decode_pool": [pool_of.get(name, "") for name in objects["decode_instance"]],
             # the simulation's table, a row per request (a copy while the run goes on)

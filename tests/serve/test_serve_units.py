@@ -99,7 +99,7 @@ def test_a_live_arrival_is_dispatched_at_the_float_time_a_pregenerated_one_is() 
     live.add_request(300, 8, t)
     while live.env.peek() < math.inf:
         live.step()
-    got = live.finalize().records
+    got = live.results().records
     want = Simulation(cfg, RequestSpecs(np.array([t]), np.array([300]),
                                         np.array([8]))).run().records
     assert got[0]["p_queued_s"] == t
