@@ -210,6 +210,8 @@ class Simulation:
         that finished inside a decode run settles when the run commits (until then it
         keeps its row): with ``keep_unsettled`` those wait for a later call."""
         facts, live = self.request_facts, self._live
+        # pdsim serve's per-request routing notes go with the request
+        serving = bool(self.route_to or self.client_handover)
         waiting: list[Request] = []
         for req in self._ended:
             if req.slot >= 0 and keep_unsettled:
@@ -217,11 +219,9 @@ class Simulation:
                 continue
             facts.record(req)
             del live[req.id]
-        if self.route_to or self.client_handover:  # pdsim serve's: none once recorded
-            for req in self._ended:
-                if req.slot < 0 or not keep_unsettled:
-                    self.route_to.pop(req.id, None)
-                    self.client_handover.discard(req.id)
+            if serving:
+                self.route_to.pop(req.id, None)
+                self.client_handover.discard(req.id)
         self._ended = waiting
 
     def results(self) -> Results:
