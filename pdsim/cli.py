@@ -118,7 +118,7 @@ def run(
                 res = sim.run(progress=update)
             except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep what finished
                 interrupted = interrupt_exit_code(exc)
-                res = sim.finalize()
+                res = sim.results()
                 res.partial = True
     if out is not None:
         from pdsim.writers import write_run

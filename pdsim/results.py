@@ -8,14 +8,12 @@ from them by ``pdsim.metrics.summarize``, which states the metric definitions.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from pdsim.engine.request import Status
 from pdsim.facts import InstanceFacts
 from pdsim.metrics import chunk_times, itl_stats, summarize
 from pdsim.summary import (
@@ -28,7 +26,6 @@ if TYPE_CHECKING:
     from pdsim.config import SimConfig
     from pdsim.engine.decode_rows import RowSnapshot
     from pdsim.engine.snapshot import InstanceSnapshot
-    from pdsim.simulation import Simulation
 
 NAN = math.nan
 
@@ -146,88 +143,67 @@ def summary_only(config: SimConfig) -> SimConfig:
         "engine": config.engine.model_copy(update={"record_steps": "aggregates"})})
 
 
-def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
-    """Collect the facts of a finished (or interrupted) simulation from its requests and
-    its instances' ``snapshots`` (read only)."""
+@dataclass(frozen=True)
+class RunFacts:
+    """What a simulation hands over when it is finalized (``Simulation.finalize``), a
+    plain value the results are built from alone: the requests' facts by column
+    (``pdsim.engine.request.request_columns``), their output segments, the instances'
+    snapshots, link samples, fault counts and the acceptance table. ``done``: every
+    request had ended and the run handed its own lists and table over (no copies)."""
+
+    config: SimConfig
+    columns: dict[str, Any]
+    segments: dict[int, list[list[int]]]
+    snapshots: list[InstanceSnapshot]
+    links: dict[str, list[tuple[float, float]]]
+    faults: dict[str, int]
+    kv_lease_expired: int
+    done: bool
+
+
+def results_from(facts: RunFacts) -> Results:
+    """The ``Results`` of a finished (or interrupted) simulation, from its facts."""
+    snapshots = facts.snapshots
     inst_facts = [snap.facts for snap in snapshots]
-    segments: dict[int, list[list[int]]] = {}
-    reqs = sim.requests
-    n = len(reqs)
-
-    def col(get: Any, dtype: Any = np.float64) -> np.ndarray:
-        """One value per request: ``get`` is an attribute name or a function."""
-        if isinstance(get, str):
-            get = operator.attrgetter(get)
-        return np.fromiter(map(get, reqs), dtype=dtype, count=n)
-
+    segments = facts.segments
+    columns = facts.columns
     # requests still decoding when the run stopped (an interrupted run): their counters
     # and their open output segment are in their instance's decode rows
     live: dict[int, tuple[InstanceSnapshot, RowSnapshot]] = {}
     for snap in snapshots:
         for rid, row in snap.live_rows.items():
             live[rid] = (snap, row)
-    # a finished run hands its requests' segment lists and acceptance table over; one
-    # still going (or with rows still decoding) copies them
-    done = sim.done and not live
-    for r in reqs:
-        segments[r.id] = r.segments if done else list(r.segments)
-        if r.id in live:
-            snap, row = live[r.id]
-            last = len(snap.facts.step_end_s) - 1
-            if last >= row.segment_first_step:
-                segments[r.id].append([snap.index, row.segment_first_step, last])
+    for rid, (snap, row) in live.items():
+        last = len(snap.facts.step_end_s) - 1
+        if last >= row.segment_first_step:
+            segments[rid].append([snap.index, row.segment_first_step, last])
     # the ITL statistics first: their temporary arrays (one entry per step) are gone
-    # before the records' columns are built
+    # before the records' derived columns are built
     itl = itl_stats(inst_facts, segments)
-    finished = np.fromiter((r.status is Status.FINISHED for r in reqs), dtype=bool, count=n)
-    arrival = col("arrival_s")
-    first = col("first_token_s")
-    finish = col("finish_s")
-    out_tok = col("num_output", np.int64)
+    ids = columns["request_id"]
+    finished = columns.pop("_finished")
+    arrival = columns["arrival_s"]
+    first = columns["first_token_s"]
+    finish = columns["finish_s"]
+    out_tok = columns["output_tokens"]
     ttft = first - arrival
     e2e = np.where(finished, finish - arrival, NAN)
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(finished & (out_tok > 1), (e2e - ttft) / (out_tok - 1), NAN)
-    t_start = col("transfer_start_s")
-    t_end = col("transfer_end_s")
-    nspec = sim.config.speculative.num_speculative_tokens
-    # each instance's pool name ('' for a role's one unnamed group)
-    pool_of = {inst.name: inst.pool_name for inst in sim.instances}
-    columns: dict[str, Any] = {
-        "request_id": col("id", np.int64),
-        "status": [r.status.value for r in reqs],
-        "fail_reason": [r.fail_reason for r in reqs],
-        "arrival_s": arrival,
-        "prompt_tokens": col("prompt_tokens", np.int64),
-        "output_tokens": out_tok,
-        "target_output_tokens": col("output_target", np.int64),
-        "prefill_instance": [r.p_instance for r in reqs],
-        "decode_instance": [r.d_instance for r in reqs],
-        "prefill_pool": [pool_of.get(r.p_instance, "") for r in reqs],
-        "decode_pool": [pool_of.get(r.d_instance, "") for r in reqs],
-        "p_queued_s": col("p_queued_s"), "p_start_s": col("p_start_s"),
-        "p_end_s": col("p_end_s"),
-        "transfer_start_s": t_start, "transfer_end_s": t_end,
-        "d_queued_s": col("d_queued_s"), "first_token_s": first,
-        "finish_s": finish, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
-        "num_chunks": col(lambda r: sum(b - a + 1 for _, a, b in segments[r.id]), np.int64),
-        "p_prompt_tokens": col("p_prompt_tokens", np.int64),
-        "kv_bytes_transferred": col("kv_bytes", np.int64),
-        "kv_transfer_s": t_end - t_start,
-        "tokens_recomputed_on_d": col("tokens_recomputed_on_d", np.int64),
-        "d_local_prefill_tokens": col("d_local_prefill_tokens", np.int64),
-        "num_preemptions": col("num_preemptions", np.int64),
-        "num_drafts": col("num_drafts", np.int64),
-        "num_draft_tokens": col("num_draft_tokens", np.int64),
-        "num_accepted_tokens": col("num_accepted_tokens", np.int64),
-        # the simulation's table, a row per request (a copy while the run goes on)
-        "accepted_per_pos": sim.accepted_per_pos if done else sim.accepted_per_pos.copy(),
-        "prefix_hit_tokens": col("prefix_hit_tokens", np.int64),
-        "padded_first_steps": col("padded_first_steps", np.int64),
-    }
+    t_start = columns["transfer_start_s"]
+    t_end = columns["transfer_end_s"]
+    nspec = facts.config.speculative.num_speculative_tokens
+    columns["ttft_s"] = ttft
+    columns["tpot_s"] = tpot
+    columns["e2e_s"] = e2e
+    columns["num_chunks"] = np.fromiter(
+        (sum(b - a + 1 for _, a, b in segments[rid]) for rid in ids.tolist()),
+        dtype=np.int64, count=len(ids))
+    columns["kv_transfer_s"] = t_end - t_start
+    columns = {k: columns[k] for k in RECORD_FIELDS}
     for rid, (_, row) in live.items():
         i = rid  # requests are numbered in the order they are stored
-        assert reqs[i].id == rid
+        assert ids[i] == rid
         columns["output_tokens"][i] = row.output_tokens
         columns["num_drafts"][i] += row.drafts
         columns["num_draft_tokens"][i] += row.draft_tokens
@@ -235,11 +211,10 @@ def results_from(sim: Simulation, snapshots: list[InstanceSnapshot]) -> Results:
         if nspec:
             columns["accepted_per_pos"][i] += row.accepted_per_pos
     records = RecordTable(columns)
-    links = sim.network.samples()
     queried = sum(snap.prefix_query_tokens for snap in snapshots)
     summary = replace(
-        summarize(records, inst_facts, segments, sim.config, itl),
-        kv_lease_expired=sim.lease_expired, faults=dict(sim.faults.counts),
+        summarize(records, inst_facts, segments, facts.config, itl),
+        kv_lease_expired=facts.kv_lease_expired, faults=dict(facts.faults),
         prefix_cache_hit_rate=(sum(snap.prefix_hit_tokens for snap in snapshots) / queried
                                if queried else math.nan))
-    return Results(sim.config, records, inst_facts, summary, links, segments)
+    return Results(facts.config, records, inst_facts, summary, facts.links, segments)

@@ -16,26 +16,33 @@ import numpy as np
 import simpy
 
 from pdsim.config import Role, SimConfig
-from pdsim.engine.cluster import EngineHooks
 from pdsim.engine.connector import ConnectorScheduler, KVTransferParams
 from pdsim.engine.events import EngineEnvironment
-from pdsim.engine.instance import Instance
-from pdsim.engine.request import Phase, Request, Status
+from pdsim.engine.instance import EngineHooks, Instance
+from pdsim.engine.request import Request, RequestFacts, Status, with_room
 from pdsim.engine.router import make_router
 from pdsim.engine.transfers import make_network
 from pdsim.faults import FaultState
-from pdsim.results import Results, results_from
+from pdsim.results import Results, RunFacts, results_from
 from pdsim.rng import RandomStreams, UniformBuffer
 from pdsim.spec_decode.acceptance import AcceptanceSampler
 from pdsim.workload import RequestSpecs, generate_requests
 
 ProgressFn = Callable[[int, int], None]
+# ended requests recorded into the columns in batches of this many (settled ones only)
+RECORD_EVERY = 1024
 
 
 class Simulation:
     """A P/D (or colocated) cluster serving one workload under one config."""
 
-    def __init__(self, config: SimConfig, requests: RequestSpecs | None = None) -> None:
+    def __init__(self, config: SimConfig, requests: RequestSpecs | None = None, *,
+                 keep_requests: bool = True) -> None:
+        """``keep_requests``: keep every ``Request`` object for the whole run in
+        ``requests`` (what the invariant checker and tests that look into requests read).
+        Without it a request is made when it arrives and dropped once it has ended and
+        its facts are in the columns (``simulate`` runs so: memory then grows with the
+        requests' facts, not their objects). The results are the same either way."""
         self.config = config
         self.env = EngineEnvironment()
         # observers of the engine (tests, the invariant checker): attach before running
@@ -79,19 +86,30 @@ class Simulation:
         # per-pair links or a topology, state made as transfers use it (never P x D)
         self.network = make_network(self.env, config, self.instances)
         n_spec = config.speculative.num_speculative_tokens
-        hashes = self.specs.hash_ids
-        # drafts accepted at each position, a row per request (the records' column)
-        self.accepted_per_pos = np.zeros((len(self.specs), n_spec), dtype=np.int64)
+        # drafts accepted at each position, a row per request (the records' column), with
+        # room for the requests ``add_request`` takes (``accepted_per_pos``: the rows used)
+        self._accepted = np.zeros((len(self.specs), n_spec), dtype=np.int64)
         # token counts repeat: one int object per distinct count, not one per request
-        prompts = self.specs.prompt_tokens.tolist()
-        outputs = self.specs.output_tokens.tolist()
-        ints: dict[int, int] = {}
-        self.requests = [
-            Request(i, arrival, ints.setdefault(prompts[i], prompts[i]),
-                    ints.setdefault(outputs[i], outputs[i]), n_spec,
-                    hashes[i] if hashes is not None else None, self.accepted_per_pos)
-            for i, arrival in enumerate(self.specs.arrival_s.tolist())
-        ]
+        self._ints: dict[int, int] = {}
+        self._n_spec = n_spec
+        # requests are made from the specs' arrays (no Python list of a number a request);
+        # ``add_request`` grows them (their first ``num_requests`` rows are the requests)
+        self._arrival_s = self.specs.arrival_s
+        self._prompts = self.specs.prompt_tokens
+        self._outputs = self.specs.output_tokens
+        self._hash_ids: Sequence[tuple[int, ...] | None] | None = self.specs.hash_ids
+        self.num_requests = len(self._arrival_s)
+        # the requests' facts by column, written as each request ends and settles
+        self.request_facts = RequestFacts(self.specs.arrival_s, self.specs.prompt_tokens,
+                                          self.specs.output_tokens)
+        self._live: dict[int, Request] = {}  # made and not yet recorded, by id
+        self._ended: list[Request] = []  # ended, to be recorded once settled
+        self.keep_requests = keep_requests
+        # built with its requests (else it takes them live: ``add_request``)
+        self._pregenerated = self.num_requests > 0
+        self._requests: list[Request] | None = (
+            [self._make_request(i) for i in range(self.num_requests)] if keep_requests
+            else None)
         self.num_done = 0
         self._next_release = 0
         self._all_done = self.env.event()
@@ -104,18 +122,43 @@ class Simulation:
         # is skipped), and those whose P -> D hand-over the client makes (``send_to_decode``)
         self.route_to: dict[int, str] = {}
         self.client_handover: set[int] = set()
-        # the acceptance table of requests added live (``add_request``), with room to grow
-        self._live_table: np.ndarray | None = None
         self._live_dispatch_s = 0.0  # when the last request added live is dispatched
+
+    @property
+    def requests(self) -> list[Request]:
+        """Every request, in id order (only with ``keep_requests``)."""
+        if self._requests is None:
+            raise AttributeError("this simulation does not keep its requests "
+                                 "(Simulation(..., keep_requests=True) does)")
+        return self._requests
+
+    @property
+    def accepted_per_pos(self) -> np.ndarray:
+        """Drafts accepted at each position, a row per request (the records' column)."""
+        return self._accepted[:self.num_requests]
+
+    def _make_request(self, i: int) -> Request:
+        ints = self._ints
+        prompt, output = self._prompts.item(i), self._outputs.item(i)
+        hashes = self._hash_ids
+        return Request(i, self._arrival_s.item(i), ints.setdefault(prompt, prompt),
+                       ints.setdefault(output, output), self._n_spec,
+                       hashes[i] if hashes is not None else None, self._accepted)
+
+    def _request(self, i: int) -> Request:
+        """Request ``i`` as it arrives (made now unless the requests are kept)."""
+        req = self._requests[i] if self._requests is not None else self._make_request(i)
+        self._live[i] = req
+        return req
 
     # ------------------------------------------------------------------- run
 
     def run(self, progress: ProgressFn | None = None) -> Results:
         """Simulate until every request has finished, failed or been rejected."""
         self.start(progress)
-        if self.requests:
+        if self.num_requests:
             self.env.run(until=self._all_done)
-        return self.finalize()
+        return self.results()
 
     def start(self, progress: ProgressFn | None = None) -> None:
         """Start the engines, the faults and the arrivals; then ``step()`` (or ``run``)
@@ -124,11 +167,11 @@ class Simulation:
         for inst in self.instances:
             self.env.process(inst.run())
         self._schedule_faults()
-        if not self.requests:
+        if not self.num_requests:
             return
         clients = self.specs.closed_loop_concurrency
         if clients is not None:
-            for _ in range(min(clients, len(self.requests))):
+            for _ in range(min(clients, self.num_requests)):
                 self._release_next()
         else:
             self.env.process(self._arrivals())
@@ -136,17 +179,54 @@ class Simulation:
     @property
     def done(self) -> bool:
         """The run is over: every request has finished, failed or been rejected, and the
-        event that says so has been processed (where ``run`` stops)."""
-        return not self.requests or self._all_done.processed
+        event that says so has been processed (where ``run`` stops). A simulation taking
+        requests live (``add_request``) is over only until it takes the next one."""
+        if not self.num_requests:
+            return True
+        return self.num_done == self.num_requests and self._all_done.processed
 
     def step(self) -> None:
         """Process the next event (after ``start``)."""
         self.env.step()
 
-    def finalize(self) -> Results:
-        """The results so far: each instance's snapshot (a decode run being followed is
-        committed as far as it got), read into records and a summary."""
-        return results_from(self, [inst.snapshot() for inst in self.instances])
+    def finalize(self) -> RunFacts:
+        """The facts so far, as a plain value: each instance's snapshot (a decode run
+        being followed is committed as far as it got), the requests' facts by column,
+        link samples and fault counts. A finished run hands its own lists over, unless
+        it takes requests live (``add_request``: more may come and write into them)."""
+        snapshots = [inst.snapshot() for inst in self.instances]
+        self._record_ended()
+        done = self.done and not any(snap.live_rows for snap in snapshots)
+        pool_of = {inst.name: inst.pool_name for inst in self.instances}
+        live = [self._live[i] for i in sorted(self._live)]
+        hand_over = done and not live and self._pregenerated
+        columns, segments = self.request_facts.columns(live, pool_of, self.accepted_per_pos,
+                                                      hand_over)
+        return RunFacts(self.config, columns, segments, snapshots, self.network.samples(),
+                        dict(self.faults.counts), self.lease_expired, done)
+
+    def _record_ended(self, keep_unsettled: bool = False) -> None:
+        """Write the ended requests' facts into the columns and let them go. A request
+        that finished inside a decode run settles when the run commits (until then it
+        keeps its row): with ``keep_unsettled`` those wait for a later call."""
+        facts, live = self.request_facts, self._live
+        # pdsim serve's per-request routing notes go with the request
+        serving = bool(self.route_to or self.client_handover)
+        waiting: list[Request] = []
+        for req in self._ended:
+            if req.slot >= 0 and keep_unsettled:
+                waiting.append(req)
+                continue
+            facts.record(req)
+            del live[req.id]
+            if serving:
+                self.route_to.pop(req.id, None)
+                self.client_handover.discard(req.id)
+        self._ended = waiting
+
+    def results(self) -> Results:
+        """The results so far (``results_from(finalize())``)."""
+        return results_from(self.finalize())
 
     def next_fault_after(self, now_s: float) -> float:
         """The next scheduled fault strictly after ``now_s`` (inf if none)."""
@@ -154,16 +234,17 @@ class Simulation:
 
     def _arrivals(self) -> simpy.events.ProcessGenerator:
         env = self.env
-        for req in self.requests:
-            delay = req.arrival_s - env.now
+        arrivals = self._arrival_s
+        for i in range(self.num_requests):
+            delay = arrivals.item(i) - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            self._through_frontend(req)
+            self._through_frontend(self._request(i))
 
     def _release_next(self) -> None:
-        if self._next_release >= len(self.requests):
+        if self._next_release >= self.num_requests:
             return
-        req = self.requests[self._next_release]
+        req = self._request(self._next_release)
         self._next_release += 1
         req.arrival_s = self.env.now
         self._through_frontend(req)
@@ -216,7 +297,7 @@ class Simulation:
             return
         params = KVTransferParams(do_remote_decode=True)
         req.kv_params = params
-        req.p_prompt_tokens = self.connector._truncate_request_for_prefill(
+        req.p_prompt_tokens = self.connector.truncate_request_for_prefill(
             params, req.prompt_tokens)
         req.seq_tokens = req.p_prompt_tokens  # P runs it with max_tokens = 1
         if not self._fits(p, req.p_prompt_tokens) or not any(
@@ -261,7 +342,7 @@ class Simulation:
         req.d_instance = d.name
         req.d_queued_s = self.env.now
         req.seq_tokens = req.prompt_tokens
-        remote = self.connector._get_remote_prefill_token_count(req.prompt_tokens)
+        remote = self.connector.remote_prefill_token_count(req.prompt_tokens)
         req.remote_tokens = min(remote, req.p_prompt_tokens)
         if req.remote_tokens == 0:
             p.release_pinned(req)
@@ -422,23 +503,27 @@ class Simulation:
         req.status = Status.FAILED
         req.fail_reason = reason
         req.finish_s = self.env.now
-        req.phase = Phase.DONE
+        req.end()
         self._terminal(req)
 
     def reject(self, req: Request, reason: str) -> None:
         req.status = Status.REJECTED
         req.fail_reason = reason
-        req.phase = Phase.DONE
+        req.end()
         self._terminal(req)
 
     def _terminal(self, req: Request) -> None:
         self.num_done += 1
+        ended = self._ended
+        ended.append(req)
+        if len(ended) >= RECORD_EVERY:
+            self._record_ended(keep_unsettled=True)
         if self._progress is not None and (self.num_done % 256 == 0
-                                           or self.num_done == len(self.requests)):
-            self._progress(self.num_done, len(self.requests))
+                                           or self.num_done == self.num_requests):
+            self._progress(self.num_done, self.num_requests)
         if self.closed_loop:
             self._release_next()
-        if self.num_done == len(self.requests) and not self._all_done.triggered:
+        if self.num_done == self.num_requests and not self._all_done.triggered:
             self._all_done.succeed()
 
     # ------------------------------------------------------------ live intake
@@ -451,43 +536,83 @@ class Simulation:
         last request's arrival, exactly as a pre-generated arrival at that time would be:
         at the same float time (from some ``now`` no delay lands there; ``can_add_at``
         says, and ``ValueError`` is raised). Only a simulation built with no pre-generated
-        requests takes them (its arrivals process would release them a second time)."""
-        if len(self.specs):
+        requests takes them (its arrivals process would release them a second time).
+
+        The request is one more row of the specs' arrays, the facts' columns and the
+        acceptance table (each grows by doubling), made from them as a pre-generated one
+        is (now, since the caller follows it from here), and recorded and dropped alike."""
+        if self._pregenerated:
             raise ValueError("add_request needs a simulation built with no requests")
         now = self.env.now
         if not arrival_s >= now:
             raise ValueError(f"arrival at {arrival_s!r} s is in the simulated past "
                              f"(now {now!r} s)")
-        if self.requests and arrival_s < self.requests[-1].arrival_s:
+        rid = self.num_requests
+        if rid and arrival_s < self._arrival_s.item(rid - 1):
             raise ValueError(f"arrival at {arrival_s!r} s is before the last one "
-                             f"({self.requests[-1].arrival_s!r} s)")
+                             f"({self._arrival_s.item(rid - 1)!r} s)")
         due, delay = self._live_dispatch(arrival_s)
         if delay is None:
             raise ValueError(f"arrival at {arrival_s!r} s cannot be dispatched exactly from "
                              f"now ({now!r} s); pick another time (can_add_at)")
-        rid = len(self.requests)
-        n_spec = self.config.speculative.num_speculative_tokens
-        table = self._live_table
-        if table is None or rid >= len(table):
-            # storage that grows: double the acceptance table, point the requests at it
-            grown = np.zeros((max(64, 2 * rid), n_spec), dtype=np.int64)
-            grown[:rid] = self.accepted_per_pos[:rid]
-            for r in self.requests:
-                r._accepted = grown
-            self._live_table = table = grown
-        req = Request(rid, arrival_s, prompt_tokens, output_tokens, n_spec, hash_ids, table)
-        self.requests.append(req)
-        self.accepted_per_pos = table[:rid + 1]
+        self._add_spec(arrival_s, prompt_tokens, output_tokens, hash_ids)
+        req = self._make_request(rid)
+        self._live[rid] = req
+        if self._requests is not None:
+            self._requests.append(req)
         self._live_dispatch_s = due
         ev = self.env.timeout(delay)
-        ev.callbacks.append(lambda _e: self._dispatch(req))
+        ev.callbacks.append(lambda _e: self._through_frontend(req))
         return req
+
+    def _add_spec(self, arrival_s: float, prompt_tokens: int, output_tokens: int,
+                  hash_ids: tuple[int, ...] | None) -> None:
+        """One more request's row in the specs' arrays, the facts' columns and the
+        acceptance table; made requests follow the table when it moves."""
+        rid = self.num_requests
+        if rid == len(self._arrival_s):
+            rows = max(64, 2 * rid)
+            self._arrival_s = with_room(self._arrival_s, rows, math.nan)
+            self._prompts = with_room(self._prompts, rows)
+            self._outputs = with_room(self._outputs, rows)
+            self._accepted = with_room(self._accepted, rows)
+            for req in self._live.values():
+                req.move_accepted(self._accepted)
+            for req in self._requests or ():
+                req.move_accepted(self._accepted)
+        self._arrival_s[rid] = arrival_s
+        self._prompts[rid] = prompt_tokens
+        self._outputs[rid] = output_tokens
+        if hash_ids is not None or self._hash_ids is not None:
+            hashes = self._hash_ids
+            if not isinstance(hashes, list):
+                hashes = self._hash_ids = list(hashes or [None] * rid)
+            hashes.append(hash_ids)
+        self.request_facts.add(arrival_s, prompt_tokens, output_tokens)
+        self.num_requests = rid + 1
+        self._fresh_rows_follow()
+
+    def _fresh_rows_follow(self) -> None:
+        """The instances' fresh-row look-aheads read the requests' lengths now stored."""
+        n = self.num_requests
+        for inst in self.instances:
+            if inst.fresh_rows is not None:
+                inst.fresh_rows.requests_added(self._prompts[:n], self._outputs[:n])
+
+    def retarget(self, req: Request, output_tokens: int) -> None:
+        """``req``, taken live and not yet decoding, now generates ``output_tokens``
+        (``pdsim serve``: a client's D hop asks for its own ``max_tokens``): the request,
+        the specs' arrays and the facts' columns all say so."""
+        req.output_target = output_tokens
+        self._outputs[req.id] = output_tokens
+        self.request_facts.retarget(req.id, output_tokens)
 
     def can_add_at(self, arrival_s: float) -> bool:
         """``add_request`` can take an arrival at ``arrival_s`` now: not in the past, not
         before the last one, and its dispatch time reachable exactly (below)."""
         now = self.env.now
-        if not arrival_s >= now or (self.requests and arrival_s < self.requests[-1].arrival_s):
+        n = self.num_requests
+        if not arrival_s >= now or (n and arrival_s < self._arrival_s.item(n - 1)):
             return False
         return self._live_dispatch(arrival_s)[1] is not None
 
@@ -512,8 +637,9 @@ class Simulation:
 
 def simulate(config: SimConfig, requests: RequestSpecs | None = None,
              progress: ProgressFn | None = None) -> Results:
-    """Run one simulation of ``config`` and return its ``Results``."""
-    return Simulation(config, requests).run(progress)
+    """Run one simulation of ``config`` and return its ``Results`` (the requests' objects
+    are dropped as they end: ``Simulation(keep_requests=False)``)."""
+    return Simulation(config, requests, keep_requests=False).run(progress)
 
 
 __all__ = ["Simulation", "simulate"]

@@ -43,22 +43,24 @@ class ConnectorScheduler:
     def __init__(self, cfg: SimConfig) -> None:
         self._backoff = cfg.prefill_backoff_tokens
 
-    def _prefill_backoff(self) -> int:
-        """Trailing prompt tokens P leaves for D to recompute: the config's
-        ``prefill_backoff_tokens`` (derived there, next to the lookahead it comes from)."""
+    def backoff_tokens(self) -> int:
+        """Trailing prompt tokens P leaves for D to recompute (vLLM's
+        ``_prefill_backoff()``): the config's ``prefill_backoff_tokens`` (derived there,
+        next to the lookahead it comes from)."""
         return self._backoff
 
-    def _truncate_request_for_prefill(self, params: KVTransferParams,
-                                      prompt_tokens: int) -> int:
-        """P side: the prompt length P computes for a ``do_remote_decode`` request.
+    def truncate_request_for_prefill(self, params: KVTransferParams,
+                                     prompt_tokens: int) -> int:
+        """P side: the prompt length P computes for a ``do_remote_decode`` request (vLLM's
+        ``_truncate_request_for_prefill``).
 
-        Drops ``_prefill_backoff()`` trailing tokens (when the prompt is longer than the
+        Drops ``backoff_tokens()`` trailing tokens (when the prompt is longer than the
         backoff) and marks the params so a re-admitted request keeps its first truncation.
         The caller forces ``max_tokens = 1``.
         """
         if not params.do_remote_decode:
             return prompt_tokens
-        backoff = self._prefill_backoff()
+        backoff = self.backoff_tokens()
         if params.p_side_truncated:
             return prompt_tokens
         params.p_side_truncated = True
@@ -66,18 +68,19 @@ class ConnectorScheduler:
             return prompt_tokens - backoff
         return prompt_tokens
 
-    def _get_remote_prefill_token_count(self, prompt_tokens: int) -> int:
-        """D side: prompt tokens D loads from P: ``L - backoff`` when ``L > backoff``, else all
+    def remote_prefill_token_count(self, prompt_tokens: int) -> int:
+        """D side: prompt tokens D loads from P (vLLM's ``_get_remote_prefill_token_count``):
+        ``L - backoff`` when ``L > backoff``, else all
         ``L`` (P did not truncate a prompt that short, so its KV covers the whole prompt;
         D then recomputes only the last token, as before the fix)."""
-        backoff = self._prefill_backoff()
+        backoff = self.backoff_tokens()
         if prompt_tokens > backoff:
             return prompt_tokens - backoff
         return prompt_tokens
 
 
 def prefill_backoff(cfg: SimConfig) -> int:
-    """The connector's ``_prefill_backoff()`` for ``cfg``: ``cfg.prefill_backoff_tokens``."""
+    """The connector's ``backoff_tokens()`` for ``cfg``: ``cfg.prefill_backoff_tokens``."""
     return cfg.prefill_backoff_tokens
 
 

@@ -5,8 +5,8 @@ context and blocks each step needs and the drafter's repair.
 (``look_ahead``, all rows), a row joining a run (``look_ahead_row``) and the table of
 fresh rows (``FreshRows``) all call it. A single step (``DecodeRows.apply_step``) uses the
 same per-step rules (``emitted_tokens``, ``rejected_drafts``, ``repair_positions``) and the
-scheduler prices it with ``blocks_needed``. ``run_may_start`` states when steps may be
-looked ahead at all: while every row's acceptance rates stay constant.
+scheduler prices it with ``blocks_needed``. ``DecodeRows.may_run`` states when steps may
+be looked ahead at all: while every row's acceptance rates stay constant.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
-    from pdsim.engine.decode_rows import DecodeRows
     from pdsim.kv_layout import KVLayout
 
 
@@ -41,6 +40,12 @@ class DraftParams:
     garbage_modules: np.ndarray  # 1 for each module a garbage re-prefill reaches
     pad_first_step: bool  # static speculation: one-token first steps padded to 1 + N
     window_tokens: int | None  # the MTP modules' sliding window (None: full attention)
+
+    @classmethod
+    def none(cls) -> DraftParams:
+        """No drafter (P, or an instance without speculative decoding)."""
+        return cls(0, False, 1, np.zeros(0), 0.0, None, np.zeros(1, dtype=np.int64), [1.0],
+                   [], False, False, np.zeros(1), False, None)
 
 
 # ------------------------------------------------------------------ per step
@@ -112,28 +117,3 @@ def advance(accepted: np.ndarray | None, steps: int, context_tokens: np.ndarray,
         assert accepted is not None
         np.maximum(num_spec_tokens - 1 - accepted[:, :-1], 0, out=repair[:, 1:])
     return Terms(by_step, finish_step, context_at_start, need, repair)
-
-
-def run_may_start(rows: DecodeRows, count: int) -> bool:
-    """Whether rows ``0..count-1`` may be looked ahead, i.e. a decode run may be taken:
-    their acceptance rates stay the same over the coming steps. They change while a
-    multi-module re-prefill cache is short of entries (the repair writes garbage into the
-    drafter's KV), while stale weights decay and while they may leave a sliding window."""
-    draft = rows.draft
-    n = draft.num_spec_tokens
-    if draft.multi_module and bool(np.logical_or.reduce(
-            rows.reprefill_cache_valid[:count] < n - 1)):
-        return False
-    return not (n and (draft.decay_tokens is not None or draft.window_tokens is not None)
-                and bool(np.logical_or.reduce(rows.stale_weight[:count], axis=None)))
-
-
-def row_may_run(rows: DecodeRows, row: int) -> bool:
-    """``run_may_start`` for the single row ``row`` (one joining a run), on Python
-    scalars: it is asked once per request."""
-    draft = rows.draft
-    n = draft.num_spec_tokens
-    if draft.multi_module and rows.reprefill_cache_valid.item(row) < n - 1:
-        return False
-    return not (n and (draft.decay_tokens is not None or draft.window_tokens is not None)
-                and any(rows.stale_weight[row].tolist()))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pdsim.engine.decode_advance import DraftParams, emitted_tokens, rejected_drafts
-from pdsim.engine.request import Phase, Request
+from pdsim.engine.request import Request
 
 if TYPE_CHECKING:
     from pdsim.spec_decode.acceptance import AcceptanceSampler
@@ -90,6 +90,30 @@ class DecodeRows:
                         self.drafts_before, self.survival)
         self.draft_positions = np.arange(n)
 
+    def may_run(self, count: int) -> bool:
+        """Whether rows ``0..count-1`` may be looked ahead, i.e. a decode run may be
+        taken: their acceptance rates stay the same over the coming steps. They change
+        while a multi-module re-prefill cache is short of entries (the repair writes
+        garbage into the drafter's KV), while stale weights decay and while they may
+        leave a sliding window."""
+        draft = self.draft
+        n = draft.num_spec_tokens
+        if draft.multi_module and bool(np.logical_or.reduce(
+                self.reprefill_cache_valid[:count] < n - 1)):
+            return False
+        return not (n and (draft.decay_tokens is not None or draft.window_tokens is not None)
+                    and bool(np.logical_or.reduce(self.stale_weight[:count], axis=None)))
+
+    def row_may_run(self, row: int) -> bool:
+        """``may_run`` for the single row ``row`` (one joining a run), on Python scalars:
+        it is asked once per request."""
+        draft = self.draft
+        n = draft.num_spec_tokens
+        if draft.multi_module and self.reprefill_cache_valid.item(row) < n - 1:
+            return False
+        return not (n and (draft.decay_tokens is not None or draft.window_tokens is not None)
+                    and any(self.stale_weight[row].tolist()))
+
     # ------------------------------------------------------------------ enter
 
     def enter(self, req: Request, step: int, blocks_held: int,
@@ -105,7 +129,7 @@ class DecodeRows:
         draft = self.draft
         n = draft.num_spec_tokens
         req.slot = s
-        req.phase = Phase.DECODE
+        req.enter_decode()
         self.request_of_row[s] = req
         self.context_tokens[s] = req.seq_tokens
         self.output_tokens[s] = req.num_output

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import bisect
 import functools
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -43,8 +44,28 @@ from pdsim.perf.base import StepBatch, decode_step_times_s
 
 if TYPE_CHECKING:
     import simpy
+    from simpy.events import EventPriority
 
-    from pdsim.engine.instance import Instance
+    from pdsim.engine.look_ahead import FreshRows
+    from pdsim.engine.scheduler import Scheduler, StepOutcome
+    from pdsim.engine.step_log import StepLog
+    from pdsim.perf.base import StepTimeModel
+
+
+class RunHost(Protocol):
+    """What a decode run needs from the instance following it: whether it still follows
+    this run, to end it there, and to route what the run's boundaries complete."""
+
+    active_run: DecodeRun | None
+
+    def end_run(self) -> None:
+        """Commit the run as far as it got and resume the engine loop."""
+
+    def route(self, out: StepOutcome) -> None:
+        """Send on what a boundary completed (finished requests, entered decode)."""
+
+    def start_kv_loads(self, reqs: Sequence[Request]) -> None:
+        """Start loading the remote KV of these hand-overs (given their blocks)."""
 
 
 class DecodeRun:
@@ -61,16 +82,38 @@ class DecodeRun:
     bound).
     """
 
-    def __init__(self, inst: Instance, steps: int, max_steps: int, ahead: Ahead) -> None:
-        self.inst = inst
-        count = inst.rows.count
+    def __init__(self, host: RunHost, env: simpy.Environment, scheduler: Scheduler,
+                 step_model: StepTimeModel, step_log: StepLog, fresh_rows: FreshRows | None,
+                 steps: int, max_steps: int, ahead: Ahead, *, priority: EventPriority,
+                 fault_at_s: float, join_room: int, run_steps: np.ndarray,
+                 run_rows: np.ndarray) -> None:
+        """The run of ``steps`` steps (at most ``max_steps`` once rows join) looked ahead
+        as ``ahead``, from now. Its parts: the instance following it (``host``), the
+        scheduler (its queues, rows, KV manager and admission rules), the step-time
+        model, the step log it commits to and the fresh rows' look-aheads; its steps'
+        ends come at ``priority``, never past ``fault_at_s`` (the next scheduled fault);
+        ``join_room`` columns are kept for joining rows; ``run_steps`` and ``run_rows``
+        are the step and row index columns (0, 1, 2, ...)."""
+        self.host = host
+        self.env = env
+        self.sched = scheduler
+        self.rows = rows = scheduler.rows
+        self.kv = scheduler.kv
+        self.pool = scheduler.pool
+        self.step_model = step_model
+        self.step_log = step_log
+        self.fresh_rows = fresh_rows
+        self.priority = priority
+        self.run_steps = run_steps
+        self.run_rows = run_rows
+        count = rows.count
         window = len(ahead.rows_decoding)
         self.window = window
-        self.tokens_per_row = 1 + inst.n_spec
+        self.tokens_per_row = 1 + scheduler.n_spec
         self.num_steps = steps
         self.max_steps = max_steps  # how far joining rows may extend the run
-        self.start_s = inst.env.now
-        self.first_step = inst.step_count
+        self.start_s = env.now
+        self.first_step = step_log.count
         # per step: decode rows, their context, drafter repair, prefill chunks, times
         self.rows_decoding = ahead.rows_decoding
         self.context_sum = ahead.context_sum
@@ -81,7 +124,7 @@ class DecodeRun:
         self.ends_rel = np.zeros(window, dtype=np.float64)
         self.ends = np.zeros(0)  # absolute end times of steps 0..num_steps-1
         # per column, with room for rows that join (grown on demand)
-        cap = min(inst.rows.capacity, count + inst.join_room)
+        cap = min(rows.capacity, count + join_room)
         self.columns_grown = 0  # times the columns were doubled for joining rows
         self.num_cols = count
         accepted, finish_step = ahead.accepted, ahead.finish_step
@@ -90,7 +133,7 @@ class DecodeRun:
         self.decoding = widen(ahead.decoding, cap)
         self.blocks_needed = widen(ahead.blocks_needed, cap)
         self.finish_step = widen(finish_step, cap, window)
-        self.held_at_start = widen(inst.rows.blocks_held[:count], cap)
+        self.held_at_start = widen(rows.blocks_held[:count], cap)
         # blocks the unfinished columns held
         self.held_alive = int(np.add.reduce(self.held_at_start[:count]))
         self.alive_cols = count
@@ -122,7 +165,7 @@ class DecodeRun:
         # boundary reached
         self._state0 = self._state()
         self._snaps: list[tuple[int, tuple[int, int, int, int], tuple[int, int, int, int]]] = []
-        self.fault_in = inst.cluster.next_fault_after(self.start_s) - self.start_s
+        self.fault_in = fault_at_s - self.start_s
         self._retime(0)
 
     # ------------------------------------------------------------ following
@@ -142,8 +185,8 @@ class DecodeRun:
         self.target = j
         if j in self._wakeups:
             return
-        env = self.inst.env
-        ev = StepEnd(env, max(0.0, self.ends.item(j) - env.now), self.inst.step_priority)
+        env = self.env
+        ev = StepEnd(env, max(0.0, self.ends.item(j) - env.now), self.priority)
         ev.callbacks.append(functools.partial(self._fire, j))
         self._wakeups[j] = ev
 
@@ -151,11 +194,12 @@ class DecodeRun:
         if self._wakeups.get(j) is not wakeup:
             return  # armed for end times the steps no longer have
         del self._wakeups[j]
-        if self.inst.active_run is not self or self.target != j:
+        host = self.host
+        if host.active_run is not self or self.target != j:
             return
         self.target = None
         if self.at_boundary(j):
-            self.inst.end_run()
+            host.end_run()
         else:
             self.wait_for(self.next_stop())
 
@@ -178,18 +222,22 @@ class DecodeRun:
     def at_boundary(self, j: int) -> bool:
         """The instance reached boundary ``j``: apply what step ``j`` finished and act as
         its scheduler would. True when the run ends here."""
-        inst = self.inst
+        sched = self.sched
         self.reached = j
         now = self.ends.item(j)
         joined = self._chunks
         self._chunks = []
         for req, n in joined:  # prompts completed by a mixed step come first, as step by step
-            inst.scheduler.complete_chunk(req, n, self.first_step + j, now)
+            sched.complete_chunk(req, n, self.first_step + j, now)
         finishing = self._finishes.get(j)
         finished = finishing is not None
         if finishing is not None:
             for s in finishing:
                 self._finish_row(s, j)
+        out = sched.outcome  # (``take_outcome``, inline: a boundary is a hot path)
+        if out is not None:
+            sched.outcome = None
+            self.host.route(out)
         before = self._state()
         ok = True
         for req, _ in joined:
@@ -202,8 +250,11 @@ class DecodeRun:
         if self.dirty <= j or finished or joined or self.poked:
             self.dirty = self.num_steps
             self.poked = False
-            if inst.waiting:
+            if sched.waiting:
                 ok = self._admit(j)
+                loads = sched.take_kv_loads()
+                if loads:
+                    self.host.start_kv_loads(loads)
                 acted = True
         self._snaps.append((j, before, self._state() if acted else before))
         if self.poked:  # changed while acting: look again at the next boundary
@@ -215,49 +266,28 @@ class DecodeRun:
         return not ok or j >= self.num_steps - 1
 
     def _state(self) -> tuple[int, int, int, int]:
-        inst = self.inst
-        return (inst.pool.num_used - self.held_alive, len(inst.running) - self.alive_cols,
-                len(inst.waiting), len(inst.receiving))
+        sched = self.sched
+        return (self.pool.num_used - self.held_alive, len(sched.running) - self.alive_cols,
+                len(sched.waiting), len(sched.receiving))
 
     # ------------------------------------------------------------ acting
 
     def _admit(self, j: int) -> bool:
-        """The scheduler's admission loop at boundary ``j``, as far as the run can follow
-        it: hand-overs get their blocks and start loading; a prompt that one chunk
-        completes is admitted into step ``j + 1``. False when it would do anything else
-        (the run must end here)."""
-        inst = self.inst
-        waiting = inst.waiting
-        pool, layout = inst.pool, inst.layout
-        sched = inst.scheduler
-        budget = (sched.max_num_batched_tokens
-                  - self.rows_decoding.item(j + 1) * self.tokens_per_row)
+        """The scheduler's admission (``Scheduler.admit``) at boundary ``j``, as far as the
+        run can follow it: hand-overs get their blocks and start loading; a prompt that
+        one chunk completes is admitted into step ``j + 1``. False when the scheduler
+        would do anything else (the run must end here)."""
+        sched = self.sched
+        k_next = self.rows_decoding.item(j + 1)
         chunks = self._chunks
-        prefill, pairs = 0, 0.0  # step j + 1's prefill tokens and attention pairs
-        while waiting and budget > 0 and len(inst.running) < sched.max_num_seqs:
-            req = waiting[0]
-            if sched.awaits_remote_kv(req):
-                if not sched.load_remote_kv(req, reserve=self.reserve):
-                    return False  # it might fit step by step: let the scheduler decide
-                waiting.popleft()
-                continue
-            if (inst.kv.caches_prefixes or inst.rows.count + len(chunks) >= inst.rows.capacity
-                    or sched.pads_first_step(req, self.rows_decoding.item(j + 1), bool(chunks))):
-                return False  # (a padded first step goes to the scheduler)
-            n = sched.chunk_tokens(req, budget)
-            if n <= 0 or req.num_computed + n < req.seq_tokens:
-                return False  # not one final chunk
-            extra = layout.blocks_for(sched.prefill_target_tokens(req, n)) - pool.held(req.id)
-            if extra > pool.num_free - self.reserve:
-                return False
-            waiting.popleft()
-            pool.allocate(req.id, extra)
-            sched.start_prefill(req)
-            chunks.append((req, n))
-            budget -= n
-            prefill += n
-            pairs += n * (req.num_computed + (n + 1) / 2)
+        if not sched.admit(sched.max_num_batched_tokens - k_next * self.tokens_per_row,
+                           k_next, False, self.env.now, chunks, None, reserve=self.reserve):
+            return False
         if chunks:
+            prefill, pairs = 0, 0.0  # step j + 1's prefill tokens and attention pairs
+            for req, n in chunks:
+                prefill += n
+                pairs += n * (req.num_computed + (n + 1) / 2)
             self.prefill[j + 1] += prefill
             self.pairs[j + 1] += pairs
             self._price_mixed(j + 1)
@@ -268,20 +298,20 @@ class DecodeRun:
         """``req`` entered decode at boundary ``j`` (a new row, the instance's last): make
         it a column from step ``j + 1`` and re-price the steps. False if it cannot be one
         (the run must end here)."""
-        inst = self.inst
+        rows = self.rows
         col = req.slot
         first = j + 1
         if col != self.num_cols or first >= self.max_steps:
             return False
-        row = look_ahead_row(inst.rows, inst.layout, inst.fresh_rows, col, self.window - first)
+        row = look_ahead_row(rows, self.kv.layout, self.fresh_rows, col, self.window - first)
         if row is None:
             return False
         # its finishing step counted from its first, and the steps it decodes
         finish_in, live = row.finish_step, len(row.context_at_start)
-        held = inst.rows.blocks_held.item(col)
+        held = rows.blocks_held.item(col)
         steps_new = min(self.max_steps, max(self.num_steps, first + finish_in + 1))
         grow = row.blocks_needed.item(min(steps_new - 1 - first, live - 1)) - held
-        if grow > inst.pool.num_free - self.reserve:
+        if grow > self.pool.num_free - self.reserve:
             return False
         # the column, from its first step
         if col == self.emitted_by_step.shape[1]:
@@ -316,7 +346,7 @@ class DecodeRun:
 
     def _grow_columns(self) -> None:
         self.columns_grown += 1
-        cols = min(self.inst.rows.capacity, 2 * self.emitted_by_step.shape[1])
+        cols = min(self.rows.capacity, 2 * self.emitted_by_step.shape[1])
         if self.accepted is not None:
             self.accepted = widen(self.accepted, cols)
         self.emitted_by_step = widen(self.emitted_by_step, cols)
@@ -329,7 +359,7 @@ class DecodeRun:
         """Price the (pure-decode) steps from ``lo`` on again and move their ends."""
         m = self.num_steps
         k_j = self.rows_decoding[lo:m]
-        self.dts[lo:m] = decode_step_times_s(self.inst.step_model, k_j, k_j * self.tokens_per_row,
+        self.dts[lo:m] = decode_step_times_s(self.step_model, k_j, k_j * self.tokens_per_row,
                                              self.context_sum[lo:m], self.repair[lo:m])
         ends = self.ends_rel
         np.add.accumulate(self.dts[lo:m], out=ends[lo:m])  # a cumulative sum
@@ -341,7 +371,7 @@ class DecodeRun:
         """Step ``j`` now also computes prefill chunks: price it as a mixed step; the
         steps after it move by the difference."""
         kj = self.rows_decoding.item(j)
-        dt = self.inst.step_model.step_time_s(StepBatch(
+        dt = self.step_model.step_time_s(StepBatch(
             self.prefill.item(j), self.pairs.item(j), kj, kj * self.tokens_per_row,
             self.context_sum.item(j), self.repair.item(j)))
         self.ends_rel[j:self.num_steps] += dt - self.dts.item(j)
@@ -365,31 +395,30 @@ class DecodeRun:
         """Column ``s`` emitted its last token in step ``j``: its request finishes now, as
         step by step. The row keeps its slot until the run is committed, which counts its
         steps with everyone else's and then settles it into the request and vacates it."""
-        inst = self.inst
-        inst.rows.finish(s)
+        self.rows.finish(s)
         self.held_alive -= self.held_at_start.item(s)
         self.alive_cols -= 1
         self.finished_rows.append(s)
-        inst.scheduler.finish_row(s, self.first_step + j, self.ends.item(j), vacate=False,
+        self.sched.finish_row(s, self.first_step + j, self.ends.item(j), vacate=False,
                                   settle=False)
 
     # ------------------------------------------------------------- commit
 
-    def commit(self) -> None:
+    def commit(self) -> float:
         """Apply the steps up to the last boundary reached to the rows, the pool and the
-        step log; settle the finished rows into their requests and vacate them."""
+        step log; settle the finished rows into their requests and vacate them. Returns
+        the time the committed steps took (the instance's busy time), in seconds."""
         m = self.reached + 1
         if m <= 0:
-            return
-        inst = self.inst
-        rows = inst.rows
+            return 0.0
+        rows = self.rows
         cols = self.num_cols
         finish_step = self.finish_step[:cols]
         held_at_start = self.held_at_start[:cols]
         decoding = self.decoding[:m, :cols]
         # the last step each column takes part in (if any)
         last = np.minimum(finish_step, m - 1)
-        col_index = inst.run_rows[:cols]
+        col_index = self.run_rows[:cols]
         emitted = self.emitted_by_step[last, col_index]
         accepted = self.accepted
         rows.apply_run(m, emitted, decoding, accepted,
@@ -399,7 +428,7 @@ class DecodeRun:
         if len(grow):
             of_row = rows.request_of_row
             owners = [of_row[s].id for s in grow.tolist()]  # type: ignore[union-attr]
-            ok = inst.pool.allocate_many(owners,
+            ok = self.pool.allocate_many(owners,
                                          (final_need[grow] - held_at_start[grow]).tolist())
             assert ok, "a decode run outgrew the free blocks it checked"
             rows.blocks_held[grow] = final_need[grow]
@@ -408,17 +437,16 @@ class DecodeRun:
         for s in finished:  # their requests finished in the run: settle, then vacate
             req = rows.request_of_row[s]
             assert req is not None
-            rows.settle(req, self.first_step + self.finish_step.item(s), inst.index)
+            rows.settle(req, self.first_step + self.finish_step.item(s), self.sched.index)
         rows.vacate_many(finished)
-        inst.busy_s += float(self.ends_rel[m - 1])
+        return float(self.ends_rel[m - 1])
 
     def _log(self, m: int, decoding: np.ndarray) -> None:
         """Per step: start, end, prefill tokens, decode rows, KV blocks in use, running,
         waiting and receiving after the step, as step by step logs them."""
-        inst = self.inst
         cols = self.num_cols
         # still running after step j
-        alive = decoding & (inst.run_steps[:m] < self.finish_step[:cols])
+        alive = decoding & (self.run_steps[:m] < self.finish_step[:cols])
         log = np.empty((m, 8))
         np.add(self.ends_rel[:m], self.start_s, out=log[:, 1])
         log[0, 0] = self.start_s
@@ -430,13 +458,13 @@ class DecodeRun:
         snaps = [sn for sn in self._snaps if sn[0] < m]
         js = np.array([sn[0] for sn in snaps], dtype=np.int64)
         afters = np.array([self._state0, *(sn[2] for sn in snaps)], dtype=np.float64)
-        state = afters[np.searchsorted(js, inst.run_steps[:m, 0], side="left")]
+        state = afters[np.searchsorted(js, self.run_steps[:m, 0], side="left")]
         if snaps:
             state[js] = [sn[1] for sn in snaps]
         state[:, 0] += np.add.reduce(self.blocks_needed[:m, :cols] * alive, axis=1)
         state[:, 1] += np.add.reduce(alive, axis=1)
         log[:, 4:8] = state
-        inst.steps.add_block(log)
+        self.step_log.add_block(log)
 
 
 def widen(arr: np.ndarray, cols: int, fill: int = 0) -> np.ndarray:

@@ -5,13 +5,16 @@ The parts, each owning its state: the ``Scheduler`` (queues; ``schedule() -> Ste
 ``DecodeRows`` (one row per decoding request). The instance takes requests from the
 cluster, runs the loop (ask for a plan, price it with the step-time model, wait for the
 step's end, apply it; or follow a decode run over many pure-decode steps) and keeps the
-step log. It reaches the cluster only through the ``Cluster`` protocol.
+step log. It reaches the cluster only through the ``Cluster`` protocol below (the engine
+never imports ``pdsim.simulation``; ``Simulation`` implements it), and tests and the
+invariant checker watch the engine through ``EngineHooks`` instead of patching methods.
 """
 
 from __future__ import annotations
 
-import bisect
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -22,10 +25,10 @@ from pdsim.engine.decode_run import DecodeRun
 from pdsim.engine.events import LoopResume, StepEnd, step_end_priority
 from pdsim.engine.kv_manager import KVManager
 from pdsim.engine.look_ahead import FreshRows
-from pdsim.engine.request import Phase, Request
+from pdsim.engine.request import Request
 from pdsim.engine.route_view import RoutingState
-from pdsim.engine.run_plan import plan_decode_run
-from pdsim.engine.scheduler import Scheduler, StepPlan
+from pdsim.engine.run_plan import plan_run_window, run_may_be_taken
+from pdsim.engine.scheduler import DrawSource, Scheduler, StepOutcome, StepPlan
 from pdsim.engine.snapshot import InstanceSnapshot
 from pdsim.engine.step_log import StepLog
 from pdsim.errors import SimulationStalled
@@ -37,9 +40,51 @@ if TYPE_CHECKING:
 
     import simpy
 
-    from pdsim.engine.cluster import Cluster, EngineHooks
     from pdsim.spec_decode.acceptance import AcceptanceSampler
     from pdsim.workload import RequestSpecs
+
+
+class Cluster(Protocol):
+    """The cluster an instance serves in: where its hand-overs, transfers and finished
+    requests go."""
+
+    @property
+    def provenance_draws(self) -> DrawSource:
+        """P's guesses of the tokens it did not see, right or wrong (one draw a guess)."""
+        ...
+
+    def on_prefill_done(self, req: Request, p: Instance) -> None:
+        """P sampled ``req``'s first token: hand it over to a D."""
+
+    def start_kv_transfer(self, req: Request, d: Instance) -> None:
+        """D allocated blocks for ``req``'s remote KV: start moving it."""
+
+    def finish(self, req: Request, at_s: float | None = None) -> None:
+        """``req`` emitted its last token (at ``at_s``, default now)."""
+
+    def fail(self, req: Request, reason: str) -> None:
+        """``req`` cannot be served."""
+
+    def next_fault_after(self, now_s: float) -> float:
+        """The next scheduled fault strictly after ``now_s`` (inf if none): no decode run
+        may end a step past it."""
+        ...
+
+
+@dataclass
+class EngineHooks:
+    """Observers of the engine, shared by a simulation's instances. Each list is called
+    in order; an observer reads what it is given and never changes engine state."""
+
+    # a request entered decode on an instance (its row is ``req.slot``)
+    decode_entered: list[Callable[[Instance, Request], None]] = field(default_factory=list)
+    # an instance planned a decode run and is about to follow it
+    run_planned: list[Callable[[Instance, DecodeRun], None]] = field(default_factory=list)
+    # an instance freed a request's blocks: (instance, request id, whether it held a table)
+    blocks_freed: list[Callable[[Instance, int, bool], None]] = field(default_factory=list)
+    # an instance ended one engine step (taken alone, not inside a decode run) at the time
+    # given: what it emitted is in its requests and decode rows (``pdsim serve`` streams it)
+    step_completed: list[Callable[[Instance, float], None]] = field(default_factory=list)
 
 
 # Engine-loop turns (steps, decode runs, scheduler retries) one engine may take at one
@@ -49,11 +94,6 @@ MAX_ZERO_TIME_STEPS = 100_000
 # mean step time below which such a streak is called a livelock rather than a wait.
 MAX_IDLE_STEPS_CAP = 50_000_000
 MIN_REAL_STEP_S = 1e-6
-
-
-def _reached_d(req: Request) -> tuple[float, int]:
-    """A request's place in D's queue: when it reached D, then its id."""
-    return req.d_queued_s, req.id
 
 
 class Instance:
@@ -144,7 +184,9 @@ class Instance:
         self._idle_step_limit = min(MAX_IDLE_STEPS_CAP, MAX_ZERO_TIME_STEPS + 4 * -(
             -sched.max_num_seqs * cfg.model.max_model_len // sched.max_num_batched_tokens))
         # the scheduler owns the queues; the engine's intake and loop use them directly
-        self.scheduler = Scheduler(self, sched)
+        self.scheduler = Scheduler(sched, role, self.kv, self.rows, self.draft,
+                                   lookahead_tokens=self.lookahead, index=index,
+                                   provenance=cluster.provenance_draws)
         self.waiting = self.scheduler.waiting
         self.receiving = self.scheduler.receiving
         self.running = self.scheduler.running
@@ -177,9 +219,7 @@ class Instance:
 
     def add_request(self, req: Request) -> None:
         """Queue a request (new, or arrived at D with its kv_transfer_params)."""
-        req.phase = Phase.WAITING
-        req.num_computed = 0
-        self.waiting.append(req)
+        self.scheduler.add_request(req)
         self.notify()
 
     def notify(self) -> None:
@@ -192,35 +232,17 @@ class Instance:
 
     def kv_landed(self, req: Request) -> None:
         """D side: all of ``req``'s remote blocks arrived; it may now be scheduled."""
-        self.receiving.pop(req.id, None)
-        req.phase = Phase.WAITING
-        req.kv_from_remote = True
-        # D still recomputes the last prompt token to get logits (num_computed -= 1).
-        req.num_computed = min(req.remote_tokens, req.prompt_tokens - 1)
-        req.d_first_local = req.num_computed
-        req.tokens_recomputed_on_d = req.prompt_tokens - req.remote_tokens
-        req.d_local_prefill_tokens = req.prompt_tokens - req.num_computed
-        # back in the queue in the order the requests reached D (usually last)
-        waiting, key = self.waiting, _reached_d(req)
-        if not waiting or _reached_d(waiting[-1]) <= key:
-            waiting.append(req)
-        else:
-            waiting.insert(bisect.bisect(waiting, key, key=_reached_d), req)
+        self.scheduler.kv_landed(req)
         self.notify()
 
     def kv_load_failed(self, req: Request, recompute: bool,
                        reason: str = "kv_load_failed") -> None:
         """D side: the transfer failed; recompute the prompt locally or fail the request."""
-        if self.receiving.pop(req.id, None) is None:
+        fails = self.scheduler.kv_load_failed(req, recompute)
+        if fails is None:
             return  # no longer waiting for it here (e.g. the instance went down)
-        self.pool.free(req.id)
-        if not recompute:
+        if fails:
             self.cluster.fail(req, reason)
-            self.notify()
-            return
-        req.phase = Phase.WAITING
-        req.recompute_prompt_on_d()
-        self.waiting.appendleft(req)
         self.notify()
 
     def go_down(self) -> tuple[list[Request], list[Request]]:
@@ -232,28 +254,9 @@ class Instance:
         self.end_run()
         self.up = False
         self.epoch += 1
-        last = self.step_count - 1
-        served: list[Request] = []
-        rows = self.rows
-        while rows.count:
-            req = rows.request_of_row[rows.count - 1]
-            assert req is not None
-            self.scheduler.release_row(req, last)
-            served.append(req)
-        served += [r for r in self.running if r.phase is not Phase.DECODE]
-        served += list(self.receiving.values())
-        served += [r for r in self.waiting]
-        pinned = list(self.pinned.values())
-        for req in served + pinned:
-            self.pool.free(req.id)
-        self.running.clear()
-        self.prefilling.clear()
-        self.receiving.clear()
-        self.waiting.clear()
-        self.pinned.clear()
-        self.kv.clear()
+        dropped = self.scheduler.drop_all(self.step_count - 1)
         self.notify()
-        return served, pinned
+        return dropped
 
     def come_up(self) -> None:
         """The instance is back (empty: its KV and prefix cache were lost)."""
@@ -262,9 +265,9 @@ class Instance:
 
     def release_pinned(self, req: Request) -> int:
         """P side: D has read (or the lease expired): free the request's blocks."""
-        if self.pinned.pop(req.id, None) is None:
+        n = self.scheduler.release_pinned(req)
+        if n is None:
             return 0
-        n = self.pool.free(req.id)
         if self.waiting:  # freed blocks matter only to a request waiting for them
             self.notify()
         return n
@@ -290,9 +293,13 @@ class Instance:
                 if run is not None:
                     yield from self._follow(run)
                     continue
-            plan = (self.scheduler.schedule() if self.up and (self.waiting or self.running)
-                    else None)
-            if plan is None and self.scheduler.unblock_waiting():
+            plan = (self.scheduler.schedule(env.now, self.steps.count)
+                    if self.up and (self.waiting or self.running) else None)
+            if plan is not None and plan.kv_loads:
+                self.start_kv_loads(plan.kv_loads)
+            if plan is not None and plan.batch is None:
+                plan = None
+            if plan is None and self.up and self.scheduler.unblock_waiting():
                 continue
             if plan is None:
                 self._wake = env.event()
@@ -304,7 +311,9 @@ class Instance:
                 if run is not None:
                     yield from self._follow(run)
                     continue
-            dt = self.step_model.step_time_s(plan.batch)
+            batch = plan.batch
+            assert batch is not None
+            dt = self.step_model.step_time_s(batch)
             if not dt >= 0:
                 self._stand_still(dt)
             if plan.num_decode or any(req.num_computed + n >= req.seq_tokens
@@ -358,11 +367,24 @@ class Instance:
                 f"costs that make every step take some time")
 
     def _plan_run(self) -> DecodeRun | None:
-        """A decode run from here, if one may be taken (``plan_decode_run``)."""
-        run = plan_decode_run(self)
-        if run is not None:
-            for hook in self.hooks.run_planned:
-                hook(self, run)
+        """A decode run from here, if one may be taken (``run_plan``)."""
+        if not (self.decode_runs and self.decodes
+                and run_may_be_taken(self.rows, bool(self.prefilling))):
+            return None
+        planned = plan_run_window(self.rows, self.layout, self.pool, self.max_run_steps,
+                                  self.run_steps)
+        if planned is None:
+            return None
+        run = DecodeRun(self, self.env, self.scheduler, self.step_model, self.steps,
+                        self.fresh_rows, planned.steps, planned.max_steps, planned.ahead,
+                        priority=self.step_priority,
+                        fault_at_s=self.cluster.next_fault_after(self.env.now),
+                        join_room=self.join_room, run_steps=self.run_steps,
+                        run_rows=self.run_rows)
+        if run.num_steps <= 0:
+            return None
+        for hook in self.hooks.run_planned:
+            hook(self, run)
         return run
 
     def _follow(self, run: DecodeRun) -> Generator[simpy.Event, object, None]:
@@ -382,7 +404,7 @@ class Instance:
         run.catch_up(self.env.now)
         self.active_run = None
         self._run_over = None
-        run.commit()
+        self.busy_s += run.commit()
         if over is not None and not over.triggered:
             over.succeed()  # the loop goes on at once, as after a single step
 
@@ -408,11 +430,33 @@ class Instance:
     def step_count(self) -> int:
         return self.steps.count
 
+    def start_kv_loads(self, reqs: Sequence[Request]) -> None:
+        """D: the scheduler gave these hand-overs their blocks: start moving their KV."""
+        for req in reqs:
+            self.cluster.start_kv_transfer(req, self)
+
+    def route(self, out: StepOutcome) -> None:
+        """Send on what a step (or a run's boundary) completed, in the order it did:
+        observers hear of requests entering decode, P hands its prompts over, finished
+        requests leave."""
+        if out.entered_decode:
+            for req in out.entered_decode:
+                for hook in self.hooks.decode_entered:
+                    hook(self, req)
+        cluster = self.cluster
+        for req in out.handed_over:
+            cluster.on_prefill_done(req, self)
+        for req, at_s in out.finished:
+            cluster.finish(req, at_s)
+
     def _complete(self, plan: StepPlan, start_s: float) -> None:
         now = self.env.now
         step = self.steps.count
         b = plan.batch
-        self.scheduler.update_from_output(plan, step, now)
+        assert b is not None
+        out = self.scheduler.update_from_output(plan, step, now)
+        if out is not None:
+            self.route(out)
         self.steps.add(start_s, now, b.prefill_tokens, b.decode_requests, self.pool.num_used,
                        len(self.running), len(self.waiting), len(self.receiving))
         for hook in self.hooks.step_completed:

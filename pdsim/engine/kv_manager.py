@@ -58,6 +58,11 @@ class KVManager:
                 hi = mid
         return lo
 
+    def extra_blocks(self, owner: int, tokens: int) -> int:
+        """Blocks ``owner`` must add to hold the KV of ``tokens`` tokens (0 or less: it
+        holds enough). The one place a request's block need is worked out."""
+        return self.layout.blocks_for(tokens) - self.pool.held(owner)
+
     # ------------------------------------------------------------ prefix cache
 
     def _cacheable_blocks(self, req: Request) -> int:

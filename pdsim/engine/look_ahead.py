@@ -14,7 +14,6 @@ from pdsim.engine.decode_advance import (
     Terms,
     advance,
     repair_positions,
-    row_may_run,
 )
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ class Ahead(NamedTuple):
 def look_ahead(rows: DecodeRows, layout: KVLayout, count: int, steps: int,
                step_index: np.ndarray) -> Ahead:
     """The next ``steps`` decode steps of rows ``0..count-1``, which may be looked ahead
-    (``run_may_start``). ``step_index`` is the column 0, 1, 2, ..."""
+    (``DecodeRows.may_run``). ``step_index`` is the column 0, 1, 2, ..."""
     which = slice(0, count)
     draft = rows.draft
     n = draft.num_spec_tokens
@@ -98,7 +97,7 @@ def look_ahead_row(rows: DecodeRows, layout: KVLayout, fresh_rows: FreshRows | N
     per request, so its look-ahead's cost is its number of array operations: a row
     entering decode fresh reads it from a table built for a block of requests
     (``fresh_rows``), any other computes it alone, with 1-D draws."""
-    if not row_may_run(rows, row):
+    if not rows.row_may_run(row):
         return None
     draft = rows.draft
     n = draft.num_spec_tokens
@@ -166,6 +165,16 @@ class FreshRows:
         self._prompt = prompt_tokens
         self._output = output_tokens
         self._blocks: dict[int, tuple[np.ndarray, Terms, np.ndarray, np.ndarray]] = {}
+
+    def requests_added(self, prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> None:
+        """The simulation took more requests (live intake): every request's lengths are
+        now in these arrays. The last block, built short of the new requests, is built
+        again when asked (a block built before a request's output target changed fails
+        ``look_ahead``'s check for that request, which is then computed alone)."""
+        if len(self._prompt):
+            self._blocks.pop((len(self._prompt) - 1) // self.block, None)
+        self._prompt = prompt_tokens
+        self._output = output_tokens
 
     def look_ahead(self, request_id: int, steps: int, context: int, left: int, held: int,
                    repair_first: int) -> AheadRow | None:

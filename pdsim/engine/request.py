@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
+from array import array
 from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -131,6 +135,11 @@ class Request:
     def accepted_per_pos(self, value: np.ndarray) -> None:
         self._accepted[self._accepted_row] = value
 
+    def move_accepted(self, table: np.ndarray) -> None:
+        """Its drafts-accepted row is now in ``table``, at the same row: the simulation's
+        table grew (live intake) and its rows were copied there."""
+        self._accepted = table
+
     def start_attempt(self) -> None:
         """Clear the working state and the per-hop facts: the request (again) starts at
         the proxy, before P (on creation, and on a retry after an outage)."""
@@ -153,6 +162,63 @@ class Request:
         self.tokens_recomputed_on_d = 0
         self.d_local_prefill_tokens = 0
 
+    # Phase changes: the only writers of ``phase`` (the instance's queues decide when).
+
+    def queue(self) -> None:
+        """Queued on an instance (new there, or arrived at D with its transfer params)."""
+        self.phase = Phase.WAITING
+        self.num_computed = 0
+
+    def await_remote_kv(self) -> None:
+        """D gave it blocks for its remote KV and asked for the load."""
+        self.phase = Phase.WAITING_FOR_REMOTE_KVS
+
+    def kv_landed(self) -> None:
+        """D: its remote KV arrived; it waits to recompute the rest of its prompt (at
+        least the last prompt token, for the logits)."""
+        self.phase = Phase.WAITING
+        self.kv_from_remote = True
+        self.num_computed = min(self.remote_tokens, self.prompt_tokens - 1)
+        self.d_first_local = self.num_computed
+        self.tokens_recomputed_on_d = self.prompt_tokens - self.remote_tokens
+        self.d_local_prefill_tokens = self.prompt_tokens - self.num_computed
+
+    def requeue_to_recompute(self) -> None:
+        """D: its KV load failed; it waits to compute its whole prompt locally."""
+        self.phase = Phase.WAITING
+        self.recompute_prompt_on_d()
+
+    def start_prefill(self) -> None:
+        """Admitted with its first prefill chunk."""
+        self.phase = Phase.PREFILL
+
+    def pin(self, now_s: float) -> None:
+        """P computed its prompt at ``now_s``: its blocks stay for a D to read."""
+        self.phase = Phase.PINNED
+        self.p_end_s = now_s
+
+    def enter_decode(self) -> None:
+        """It decodes from its next step (it has a decode row)."""
+        self.phase = Phase.DECODE
+
+    def preempted(self, on_prefill: bool) -> None:
+        """Preempted by recompute: back to waiting with nothing computed. On D or a
+        colocated instance it recomputes its prompt and generated tokens locally (fresh,
+        exact drafter KV; P's blocks are gone by now, so it never asks for remote KV
+        again)."""
+        self.num_computed = 0
+        self.phase = Phase.WAITING
+        if on_prefill:
+            self.p_preemptions += 1
+        else:
+            self.seq_tokens = self.prompt_tokens + self.num_output
+            self.kv_from_remote = False
+            self.kv_params = None
+
+    def end(self) -> None:
+        """It left the engine for good (finished, failed or rejected)."""
+        self.phase = Phase.DONE
+
     def recompute_prompt_on_d(self) -> None:
         """D computes the whole prompt itself: no remote KV (none to load, the load
         failed, or D gave the landed blocks back)."""
@@ -166,6 +232,185 @@ class Request:
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"Request({self.id}, {self.phase.value}, computed={self.num_computed}/"
                 f"{self.seq_tokens}, out={self.num_output}/{self.output_target})")
+
+
+# the facts a request leaves behind, as (column, attribute, dtype): numbers in arrays
+_NUMERIC_FACTS = (
+    ("arrival_s", "arrival_s", np.float64),
+    ("output_tokens", "num_output", np.int64),
+    ("p_queued_s", "p_queued_s", np.float64),
+    ("p_start_s", "p_start_s", np.float64),
+    ("p_end_s", "p_end_s", np.float64),
+    ("transfer_start_s", "transfer_start_s", np.float64),
+    ("transfer_end_s", "transfer_end_s", np.float64),
+    ("d_queued_s", "d_queued_s", np.float64),
+    ("first_token_s", "first_token_s", np.float64),
+    ("finish_s", "finish_s", np.float64),
+    ("p_prompt_tokens", "p_prompt_tokens", np.int64),
+    ("kv_bytes_transferred", "kv_bytes", np.int64),
+    ("tokens_recomputed_on_d", "tokens_recomputed_on_d", np.int64),
+    ("d_local_prefill_tokens", "d_local_prefill_tokens", np.int64),
+    ("num_preemptions", "num_preemptions", np.int64),
+    ("num_drafts", "num_drafts", np.int64),
+    ("num_draft_tokens", "num_draft_tokens", np.int64),
+    ("num_accepted_tokens", "num_accepted_tokens", np.int64),
+    ("prefix_hit_tokens", "prefix_hit_tokens", np.int64),
+    ("padded_first_steps", "padded_first_steps", np.int64),
+)
+# ... and the ones held as Python objects (strings, None)
+_OBJECT_FACTS = (
+    ("fail_reason", "fail_reason"),
+    ("prefill_instance", "p_instance"),
+    ("decode_instance", "d_instance"),
+)
+
+
+FLUSH_ROWS = 1024  # recorded rows moved into the columns together
+
+
+def with_room(a: np.ndarray, rows: int, fill: float = 0) -> np.ndarray:
+    """``a`` copied into a new array of ``rows`` rows (at least as many as it has), the
+    rows after its own set to ``fill``: storage that grows by reallocation (live intake)."""
+    out = np.full((rows, *a.shape[1:]), fill, dtype=a.dtype)
+    out[:len(a)] = a
+    return out
+
+
+class RequestFacts:
+    """The facts of a simulation's requests by column, a row per request id: a request's
+    row is written once it has ended and its counters are settled (``record``), so the
+    run needs no per-request object after that. Rows not yet written hold what a request
+    has before it arrives: its arrival time and token counts, nothing else."""
+
+    def __init__(self, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
+                 output_tokens: np.ndarray) -> None:
+        n = len(arrival_s)
+        self.num_requests = n
+        cols: dict[str, np.ndarray] = {}
+        for name, _, dtype in _NUMERIC_FACTS:
+            cols[name] = (np.full(n, NAN) if dtype is np.float64
+                          else np.zeros(n, dtype=np.int64))
+        cols["arrival_s"][:] = arrival_s
+        cols["p_prompt_tokens"][:] = prompt_tokens
+        self.numeric = cols
+        self.prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
+        self.output_target = np.asarray(output_tokens, dtype=np.int64)
+        self.objects: dict[str, list[Any]] = {
+            "fail_reason": [None] * n, "prefill_instance": [""] * n,
+            "decode_instance": [""] * n}
+        self.status: list[str] = [Status.IN_FLIGHT.value] * n
+        self.finished = np.zeros(n, dtype=bool)
+        # output segments (request id, instance, first step, last step), flat
+        self.segments = array("q")
+        # rows recorded since the last flush: ids, numeric facts, (status, objects)
+        self._ids: list[int] = []
+        self._numbers: list[tuple[Any, ...]] = []
+        self._others: list[tuple[Any, ...]] = []
+        self._numbers_of = operator.attrgetter(*(attr for _, attr, _ in _NUMERIC_FACTS))
+        self._others_of = operator.attrgetter("status", *(attr for _, attr in _OBJECT_FACTS))
+
+    def add(self, arrival_s: float, prompt_tokens: int, output_tokens: int) -> None:
+        """A row for one more request, after the others (live intake), holding what a
+        request has before it arrives, as every row does; the arrays keep room for more
+        (their capacity doubles when full, so adding ``n`` rows costs O(n) in all)."""
+        rid = self.num_requests
+        if rid == len(self.finished):
+            rows = max(64, 2 * rid)
+            self.numeric = {name: with_room(col, rows, NAN if col.dtype == np.float64 else 0)
+                            for name, col in self.numeric.items()}
+            self.prompt_tokens = with_room(self.prompt_tokens, rows)
+            self.output_target = with_room(self.output_target, rows)
+            self.finished = with_room(self.finished, rows, False)
+        self.numeric["arrival_s"][rid] = arrival_s
+        self.numeric["p_prompt_tokens"][rid] = prompt_tokens
+        self.prompt_tokens[rid] = prompt_tokens
+        self.output_target[rid] = output_tokens
+        objects = self.objects
+        objects["fail_reason"].append(None)
+        objects["prefill_instance"].append("")
+        objects["decode_instance"].append("")
+        self.status.append(Status.IN_FLIGHT.value)
+        self.num_requests = rid + 1
+
+    def retarget(self, rid: int, output_tokens: int) -> None:
+        """Request ``rid`` (not yet recorded) now generates ``output_tokens``."""
+        self.output_target[rid] = output_tokens
+
+    def record(self, req: Request) -> None:
+        """Write ``req``'s row (it has ended and its decode row, if any, is settled): its
+        facts are read now and go into the columns a block of rows at a time."""
+        rid = req.id
+        self._ids.append(rid)
+        self._numbers.append(self._numbers_of(req))
+        self._others.append(self._others_of(req))
+        segs = self.segments
+        for inst, first, last in req.segments:
+            segs.extend((rid, inst, first, last))
+        if len(self._ids) >= FLUSH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Move the recorded rows into the columns (integers pass exactly through the
+        float64 block: every count is far below 2**53)."""
+        ids_list = self._ids
+        if not ids_list:
+            return
+        ids = np.array(ids_list, dtype=np.int64)
+        block = np.array(self._numbers, dtype=np.float64)
+        numeric = self.numeric
+        for j, (name, _, _) in enumerate(_NUMERIC_FACTS):
+            numeric[name][ids] = block[:, j]
+        status, finished = self.status, self.finished
+        objects = [self.objects[name] for name, _ in _OBJECT_FACTS]
+        done = Status.FINISHED
+        for rid, (st, *values) in zip(ids_list, self._others, strict=True):
+            status[rid] = st.value
+            finished[rid] = st is done
+            for col, value in zip(objects, values, strict=True):
+                col[rid] = value
+        self._ids, self._numbers, self._others = [], [], []
+
+    def columns(self, live: Sequence[Request], pool_of: Mapping[str, str],
+                accepted_per_pos: np.ndarray, done: bool
+                ) -> tuple[dict[str, Any], dict[int, list[list[int]]]]:
+        """The records' raw columns (``_finished`` says which finished) and every
+        request's output segments by id, with the facts of the ``live`` requests (not yet
+        recorded: still in flight) written over their rows. ``done``: the run is over
+        and nothing is live, so the columns and the acceptance table are handed over
+        rather than copied."""
+        self._flush()
+        n = self.num_requests  # the arrays may have room for more rows (``add``)
+        numeric = {k: v[:n] if done else v[:n].copy() for k, v in self.numeric.items()}
+        objects = self.objects if done else {k: list(v) for k, v in self.objects.items()}
+        status = self.status if done else list(self.status)
+        finished = self.finished[:n] if done else self.finished[:n].copy()
+        segments: dict[int, list[list[int]]] = {rid: [] for rid in range(n)}
+        flat = self.segments
+        for k in range(0, len(flat), 4):
+            segments[flat[k]].append([flat[k + 1], flat[k + 2], flat[k + 3]])
+        for req in live:
+            rid = req.id
+            for name, attr, _ in _NUMERIC_FACTS:
+                numeric[name][rid] = getattr(req, attr)
+            for name, attr in _OBJECT_FACTS:
+                objects[name][rid] = getattr(req, attr)
+            status[rid] = req.status.value
+            finished[rid] = req.status is Status.FINISHED
+            segments[rid] = [list(seg) for seg in req.segments]
+        cols: dict[str, Any] = {
+            "request_id": np.arange(n, dtype=np.int64),
+            "status": status,
+            "prompt_tokens": self.prompt_tokens[:n].copy(),
+            "target_output_tokens": self.output_target[:n].copy(),
+            "prefill_pool": [pool_of.get(name, "") for name in objects["prefill_instance"]],
+            "decode_pool": [pool_of.get(name, "") for name in objects["decode_instance"]],
+            # the simulation's table, a row per request (a copy while the run goes on)
+            "accepted_per_pos": accepted_per_pos if done else accepted_per_pos.copy(),
+            "_finished": finished,
+        }
+        cols.update(numeric)
+        cols.update(objects)
+        return cols, segments
 
 
 def tokens_left(req: Request) -> int:

@@ -302,7 +302,7 @@ def _validate(cfg: dict[str, Any], arch: ModelArchitecture, profile_file: str) -
     import tempfile
     from pathlib import Path
 
-    from pdsim.importers.render import profile_yaml
+    from pdsim.importers.profile_text import profile_yaml
     from pdsim.loader import config_from_dict, resolve_profile_files
     from pdsim.perf.build import build_step_time_model
 

@@ -3,31 +3,14 @@ they come from, what was assumed and what was ignored."""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterable
 
 import yaml
 
 from pdsim.importers.deployment import ImportResult
-from pdsim.perf.architecture import ModelArchitecture
+from pdsim.importers.profile_text import _comment, profile_yaml
 
-
-def _comment(lines: Iterable[str], width: int = 100) -> str:
-    """``lines`` as YAML comments, each wrapped to ``width`` with its indent kept."""
-    out: list[str] = []
-    for line in lines:
-        indent = " " * (len(line) - len(line.lstrip()) + (4 if line.lstrip()[:2] == "- "
-                                                          else 2))
-        wrapped = textwrap.wrap(line, width - 2, subsequent_indent=indent,
-                                break_long_words=False, break_on_hyphens=False) or [""]
-        out.extend(f"# {w}".rstrip() + "\n" for w in wrapped)
-    return "".join(out)
-
-
-def profile_yaml(arch: ModelArchitecture, header: Iterable[str]) -> str:
-    """A model profile file (loads with ``load_model_architecture``)."""
-    body = yaml.safe_dump(arch.model_dump(mode="json"), sort_keys=False)
-    return _comment(header) + body
+__all__ = ["profile_yaml", "result_yaml"]
 
 
 def _section(title: str, items: Iterable[str]) -> list[str]:

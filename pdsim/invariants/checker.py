@@ -153,7 +153,7 @@ def run_checked(cfg: SimConfig, every_event: bool = True,
     (or only at the end when ``every_event`` is false); return the run's ``Results``.
 
     The run is ``Simulation.run`` taken apart: ``start``, then ``step`` until every
-    request is done, then ``finalize``, so the checked run is the run.
+    request is done, then ``results``, so the checked run is the run.
     Raises ``InvariantViolation`` on the first broken invariant, on a deadlock (no event
     left while requests are in flight) or after ``max_events`` events.
     """
@@ -172,4 +172,4 @@ def run_checked(cfg: SimConfig, every_event: bool = True,
         if max_events is not None and checker.events > max_events:
             _fail(sim, f"more than {max_events} events")
     checker.finish()
-    return sim.finalize()
+    return sim.results()

@@ -90,7 +90,9 @@ class LiveCluster:
         self.config = live_config(config)
         empty = RequestSpecs(np.zeros(0), np.zeros(0, dtype=np.int64),
                              np.zeros(0, dtype=np.int64), source="live")
-        self.sim = Simulation(self.config, empty)
+        # requests are dropped once recorded, as ``simulate`` runs (each ``LiveRequest``
+        # holds its own until it is reported done)
+        self.sim = Simulation(self.config, empty, keep_requests=False)
         self.sim.hooks.step_completed.append(self._on_step)
         self.sim.start()
         self.live: dict[int, LiveRequest] = {}  # in flight, by request id
@@ -175,7 +177,7 @@ class LiveCluster:
         if not at_s >= sim.env.now:
             raise ValueError(f"hand-over at {at_s!r} s is in the simulated past")
         self.held.pop(req.id, None)
-        req.output_target = output_tokens
+        sim.retarget(req, output_tokens)
         lr = LiveRequest(req, "decode", notify, finish_reason)
         self.live[req.id] = lr
         d = sim.by_name[d_name]
@@ -198,8 +200,8 @@ class LiveCluster:
 
     def results(self) -> Results:
         """The records so far (requests still in flight are partial), as ``pdsim run``
-        reads them."""
-        return self.sim.finalize()
+        reads them: ``results_from`` the simulation's ``RunFacts``."""
+        return self.sim.results()
 
     # ------------------------------------------------------------------ events
 

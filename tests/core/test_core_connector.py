@@ -47,7 +47,7 @@ def test_lookahead_and_backoff_table(case: str, method: str, n: int, modules: in
         assert cfg.use_multi_module_mtp == (method == "mtp" and min(modules, n) > 1)
         assert cfg.extra_retained_tokens == max(0, lookahead - 1)
         conn = ConnectorScheduler(cfg)
-        assert conn._prefill_backoff() == want == prefill_backoff(cfg) == cfg.prefill_backoff_tokens
+        assert conn.backoff_tokens() == want == prefill_backoff(cfg) == cfg.prefill_backoff_tokens
         assert want == reference_backoff(lookahead, mamba, mode == "auto")
 
 
@@ -63,14 +63,14 @@ def test_truncation_and_remote_count(case: str, method: str, n: int, modules: in
         if L < 1:
             continue
         params = KVTransferParams(do_remote_decode=True)
-        p_len = conn._truncate_request_for_prefill(params, L)
+        p_len = conn.truncate_request_for_prefill(params, L)
         assert p_len == (L - backoff if backoff < L else L)
         assert params.p_side_truncated
         # Re-admission after a preemption on P: the guard keeps the first truncation.
-        assert conn._truncate_request_for_prefill(params, p_len) == p_len
-        assert conn._truncate_request_for_prefill(params, L) == L
+        assert conn.truncate_request_for_prefill(params, p_len) == p_len
+        assert conn.truncate_request_for_prefill(params, L) == L
         # D loads what P computed (all of a prompt too short to truncate).
-        remote = conn._get_remote_prefill_token_count(L)
+        remote = conn.remote_prefill_token_count(L)
         assert remote == p_len
         if backoff < L:
             assert L - remote == L - p_len == backoff
@@ -81,7 +81,7 @@ def test_truncation_and_remote_count(case: str, method: str, n: int, modules: in
 def test_truncation_only_for_remote_decode_requests() -> None:
     conn = ConnectorScheduler(_cfg("mtp", 8, 8, False, "auto"))
     for params in (KVTransferParams(), KVTransferParams(do_remote_prefill=True)):
-        assert conn._truncate_request_for_prefill(params, 500) == 500
+        assert conn.truncate_request_for_prefill(params, 500) == 500
         assert not params.p_side_truncated
 
 
@@ -89,7 +89,7 @@ def test_connector_reads_the_config_lookahead() -> None:
     """No consumer derives lookahead: the connector follows the config's property."""
     cfg = _cfg("mtp", 5, 8, False, "auto")
     assert cfg.num_prefill_lookahead_tokens == 5
-    assert ConnectorScheduler(cfg)._prefill_backoff() == 4
+    assert ConnectorScheduler(cfg).backoff_tokens() == 4
 
 
 @pytest.mark.parametrize(("overrides", "where"), [

@@ -39,3 +39,37 @@ def test_the_engine_writes_no_simpy_private_field() -> None:
                                                                "_queue", "_now", "_eid"):
                     writes.append(f"{path.name}:{node.lineno} .{t.attr}")
     assert not writes, writes
+
+
+def _attribute_writes(attr: str) -> list[str]:
+    """Every ``x.<attr> = ...`` (or ``+=``) in ``pdsim/``, as ``module:line``."""
+    found = []
+    for path in sorted(ENGINE.parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            for t in targets:
+                for sub in ast.walk(t):
+                    if isinstance(sub, ast.Attribute) and sub.attr == attr:
+                        found.append(f"{path.relative_to(ENGINE.parent)}:{node.lineno}")
+    return found
+
+
+def test_only_the_request_writes_its_phase() -> None:
+    writes = _attribute_writes("phase")
+    assert writes, "the request's own verbs write it"
+    assert {w.split(":")[0] for w in writes} == {"engine/request.py"}, writes
+
+
+def test_only_the_kv_manager_turns_a_request_s_tokens_into_blocks() -> None:
+    """Inside the engine a request's block need is worked out once, in the KV manager
+    (``KVManager.extra_blocks``: blocks for its tokens less the blocks it holds); decode
+    rows grow by the vectorized rule of ``decode_advance.blocks_needed``."""
+    calls = []
+    for path in sorted(ENGINE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "blocks_for"):
+                calls.append(f"{path.name}:{node.lineno}")
+    assert calls, "the KV manager calls it"
+    assert {c.split(":")[0] for c in calls} == {"kv_manager.py"}, calls

@@ -14,7 +14,7 @@ def _interrupted(stop_s: float) -> tuple[Simulation, pdsim.Results]:
     sim.start()
     while sim.env.now < stop_s:
         sim.step()
-    return sim, sim.finalize()
+    return sim, sim.results()
 
 
 def test_requests_still_decoding_keep_their_counters_and_chunks() -> None:
@@ -38,6 +38,6 @@ def test_requests_still_decoding_keep_their_counters_and_chunks() -> None:
 
 def test_building_results_twice_gives_the_same_summary() -> None:
     sim, first = _interrupted(4.0)
-    again = sim.finalize()
+    again = sim.results()
     assert first.summary["num_drafts"] == again.summary["num_drafts"]
     assert first.summary["total_output_tokens"] == again.summary["total_output_tokens"]

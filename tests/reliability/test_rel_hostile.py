@@ -153,10 +153,10 @@ def test_an_engine_turning_at_one_instant_forever_stops_clearly(
     """The livelock class: work freed and readmitted (or steps costing nothing) forever
     while the clock stands still. Forced here: the scheduler plans nothing and always
     claims to have unblocked a waiting request, so the engine loop would never yield."""
-    from pdsim.engine.scheduler import Scheduler
+    from pdsim.engine.scheduler import Scheduler, StepPlan
 
     monkeypatch.setattr(instance_mod, "MAX_ZERO_TIME_STEPS", 50)
-    monkeypatch.setattr(Scheduler, "schedule", lambda self: None)
+    monkeypatch.setattr(Scheduler, "schedule", lambda self, now_s, step: StepPlan([], 0, None))
     monkeypatch.setattr(Scheduler, "unblock_waiting", lambda self: bool(self.waiting))
     with pytest.raises(SimulationStalled, match="clock stood still"):
         simulate(load_config(small()))

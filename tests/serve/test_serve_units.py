@@ -99,7 +99,7 @@ def test_a_live_arrival_is_dispatched_at_the_float_time_a_pregenerated_one_is() 
     live.add_request(300, 8, t)
     while live.env.peek() < math.inf:
         live.step()
-    got = live.finalize().records
+    got = live.results().records
     want = Simulation(cfg, RequestSpecs(np.array([t]), np.array([300]),
                                         np.array([8]))).run().records
     assert got[0]["p_queued_s"] == t
@@ -198,3 +198,73 @@ def test_the_driver_says_when_it_falls_behind() -> None:
     asyncio.run(run())
     assert driver.max_lag_s >= 1.5 * LAG_WARN_S
     assert warnings and "behind the clock at --speed 10" in warnings[-1]
+
+
+def _live_run(cfg, rows, keep_requests: bool):
+    """``rows`` (gap ms, prompt, output) added to a running simulation as the server adds
+    them (each at the first millisecond it can take), interleaved with its events; the
+    simulation run out and the arrivals it took."""
+    sim = Simulation(cfg, _empty(), keep_requests=keep_requests)
+    sim.start()
+    ms, arrivals = 0, []
+    for gap, p, o in rows:
+        ms += gap if arrivals else 0
+        while sim.env.peek() < ms / 1000:
+            sim.step()
+        while not sim.can_add_at(ms / 1000):
+            ms += 1
+        arrivals.append(ms / 1000)
+        sim.add_request(p, o, ms / 1000)
+    while sim.env.peek() < math.inf:
+        sim.step()
+    return sim, arrivals
+
+
+@pytest.mark.parametrize("decode_runs", ["off", "auto"])
+@pytest.mark.parametrize("keep_requests", [True, False])
+def test_live_storage_grows_and_records_as_pregenerated(decode_runs: str,
+                                                        keep_requests: bool) -> None:
+    """150 requests added live (past the first capacities of the specs' arrays, the
+    facts' columns and the acceptance table: 64 and 128 rows, with requests in flight
+    when they grow) give the records, segments and summary of the same requests
+    pre-generated, with decode runs on or off; once recorded none is held."""
+    cfg = load_config(MTP3).model_copy(update={"engine": EngineConfig(decode_runs=decode_runs)})
+    rng = np.random.default_rng(3)
+    n = 150
+    rows = list(zip(rng.integers(0, 40, n).tolist(), rng.integers(16, 2500, n).tolist(),
+                    rng.integers(1, 60, n).tolist(), strict=True))
+    sim, arrivals = _live_run(cfg, rows, keep_requests)
+    got = sim.results()
+    _, prompts, outputs = zip(*rows, strict=True)
+    want = Simulation(cfg, RequestSpecs(np.array(arrivals), np.array(prompts),
+                                        np.array(outputs))).run()
+    assert sim.done and got.num_requests == n
+    assert [str(r) for r in got.records] == [str(r) for r in want.records]
+    assert got.segments == want.segments
+    assert got.summary == want.summary
+    assert not sim._live  # every request recorded and let go
+    if keep_requests:
+        assert [r.id for r in sim.requests] == list(range(n))
+        # the kept requests read their rows of the table the records hold
+        table = np.asarray(got.records.column("accepted_per_pos"))
+        assert all((r.accepted_per_pos == table[r.id]).all() for r in sim.requests)
+    else:
+        with pytest.raises(AttributeError):
+            _ = sim.requests
+
+
+def test_a_client_d_hop_retargets_the_request_everywhere() -> None:
+    """A request prefilled for a client's D hop (P runs it with max_tokens = 1) and
+    forwarded with 9 output tokens to generate: its record says 9 were its target."""
+    live = LiveCluster(load_config(MTP3))
+    lr = live.submit(700, 1, 0.0, lambda ev: None, hop="prefill")
+    while live.held_request(lr.req.id) is None:
+        live.advance_to(live.next_event_s())
+    at = live.arrival_after(live.now_s)
+    done = live.forward(lr.req, "D0", 9, at, lambda ev: None)
+    live.advance_to(math.inf)
+    assert done.finished
+    rec = live.results().records[0]
+    assert rec["status"] == "finished"
+    assert rec["target_output_tokens"] == rec["output_tokens"] == 9
+    assert live.sim.route_to == {} and live.sim.client_handover == set()
