@@ -110,7 +110,7 @@ def run(
     interrupted = 0
     with sigterm_as_interrupt():
         try:
-            sim = Simulation(cfg)
+            sim = Simulation(cfg, keep_requests=False)  # facts recorded as requests end
         except KeyboardInterrupt as exc:  # nothing simulated yet: nothing to keep
             raise typer.Exit(interrupt_exit_code(exc)) from None
         with prog:
