@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+# the docs lane: executes the docs, the notebook or the validation rows (conftest.py)
 pytestmark = pytest.mark.docs_lane
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from pdsim.plots import COMPARE_PLOTS, RUN_PLOTS
 from pdsim.timeseries import TIMESERIES_FIELDS
 
-# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+# the docs lane: executes the docs, the notebook or the validation rows (conftest.py)
 pytestmark = pytest.mark.docs_lane
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from pdsim.cli import app
 
-# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+# the docs lane: executes the docs, the notebook or the validation rows (conftest.py)
 pytestmark = pytest.mark.docs_lane
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"

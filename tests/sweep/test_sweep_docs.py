@@ -11,7 +11,7 @@ from sweep_support import MTP3, REPO
 from pdsim.loader import load_config
 from pdsim.sweep import Sweep, apply_base_overrides, load_sweep_file
 
-# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+# the docs lane: executes the docs, the notebook or the validation rows (conftest.py)
 pytestmark = pytest.mark.docs_lane
 
 DOC = REPO / "docs" / "sweeps.md"

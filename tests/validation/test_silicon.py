@@ -12,7 +12,7 @@ import pdsim
 from pdsim.config_sections import Role
 from validation import silicon as S
 
-# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+# the docs lane: executes the docs, the notebook or the validation rows (conftest.py)
 pytestmark = pytest.mark.docs_lane
 
 # The slice's figures as measured, and the tolerance, live beside the slice in

@@ -12,7 +12,7 @@ from validation.harness import EXPLAIN_ABOVE_PCT, RowResult, run_rows
 from validation.report import parse_meta, render
 from validation.rows import Kind, Role, load_rows
 
-# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+# the docs lane: executes the docs, the notebook or the validation rows (conftest.py)
 pytestmark = pytest.mark.docs_lane
 
 ROWS = load_rows()

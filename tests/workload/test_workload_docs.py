@@ -12,7 +12,7 @@ from wl_stats import workload
 from pdsim.rng import RandomStreams
 from pdsim.workload import generate_requests
 
-# the docs lane: executes the docs, the notebook or the validation rows (tests/conftest.py)
+# the docs lane: executes the docs, the notebook or the validation rows (conftest.py)
 pytestmark = pytest.mark.docs_lane
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
