@@ -105,8 +105,6 @@ def test_docs_yaml_examples_validate(where: str, body: str) -> None:
     assert isinstance(data, dict), where
     if "grid" in data or "base_overrides" in data:  # a sweep spec, not a config
         pytest.skip("sweep spec")
-    if "scrape_configs" in data:  # docs/serve.md's Prometheus scrape job, not a config
-        pytest.skip("Prometheus config")
     assert _errors(data) == [], where
 
 
