@@ -193,16 +193,6 @@ def test_sweep_folders_read_or_fail_cleanly(sweep_dir: Path, tmp_path: Path, whi
             sweep.is_done(d, p)
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pdsim.simulation import simulate
-    from pdsim.writers import write_run
-
-    out = tmp_path_factory.mktemp("run") / "o"
-    write_run(simulate(load_config(small({"workload": {"num_requests": 5}}))), out)
-    return out
-
-
 @FUZZ
 @given(st.sampled_from(["requests.csv", "timeseries.csv", "manifest.json"]), EDITS,
        VALUES, st.booleans())

@@ -191,16 +191,6 @@ def test_topology_and_pools_load_or_fail_cleanly(sets: list[tuple[str, str]]) ->
 # ------------------------------------------------------------------ result readers
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pdsim.simulation import simulate
-    from pdsim.writers import write_run
-
-    out = tmp_path_factory.mktemp("run") / "o"
-    write_run(simulate(load_config(small({"workload": {"num_requests": 5}}))), out)
-    return out
-
-
 @FUZZ
 @given(st.dictionaries(st.sampled_from(["name", "seed", "partial", "summary", "derived"]),
                        VALUES, max_size=3), st.data())
