@@ -83,6 +83,8 @@ class Simulation:
         self._transfer_setup_s = conn.setup_latency_s + (
             conn.handshake_s if conn.transfer_mode == "pull" else 0.0)
         self._transfer_timeout_s = config.faults.kv_transfer_timeout_s
+        # arrival to dispatch: HTTP, tokenization, the serving frontend (0: at once)
+        self._frontend_s = config.router.frontend_latency_s
         # per-pair links or a topology, state made as transfers use it (never P x D)
         self.network = make_network(self.env, config, self.instances)
         n_spec = config.speculative.num_speculative_tokens
@@ -251,7 +253,7 @@ class Simulation:
 
     def _through_frontend(self, req: Request) -> None:
         """Dispatch ``req`` once it has passed the frontend (``router.frontend_latency_s``)."""
-        latency = self.config.router.frontend_latency_s
+        latency = self._frontend_s
         if latency <= 0:
             self._dispatch(req)
             return
