@@ -128,8 +128,6 @@ class Plan:
 
 # ------------------------------------------------------------------ rate searches
 
-Search = RateBisection
-
 
 def _remaining(lo: float | None, hi: float | None, tol: float) -> int:
     """Runs a search with this bracket still needs, about (for the ETA)."""
@@ -325,7 +323,7 @@ def _search(cfg: SimConfig, spec: PlanSpec, points: list[PlanPoint],
             baseline: PlanPoint | None) -> int:
     goodput = spec.objective == "goodput"
     rate0 = float(getattr(cfg.workload.arrivals, "rate_per_s", 0.0) or 0.0)
-    searches: dict[int, Search] = {}
+    searches: dict[int, RateBisection] = {}
     asked: dict[int, float] = {}
     brackets: dict[int, tuple[float | None, float | None]] = {}
     last: dict[int, tuple[float, str, dict[str, Any]]] = {}
