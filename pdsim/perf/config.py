@@ -24,13 +24,18 @@ CPU_OVERHEAD_PER_REQUEST_S = 4.0e-6
 DRAFTER_PASS_OVERHEAD_S = 6.5e-4
 
 KERNEL_FIELDS = ("compute_efficiency", "gemm_half_tokens", "memory_efficiency",
-                 "kernel_latency_s", "communication_efficiency", "collective_latency_s")
+                 "kernel_latency_s", "communication_efficiency", "collective_latency_s",
+                 "custom_allreduce_latency_s", "custom_allreduce_efficiency")
 
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False), seconds_bound()]
 Efficiency = Annotated[float, Field(gt=0, le=1)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
+
+# Expert weight dtypes whose GEMMs take fp8 (or lower) inputs, so engines dispatch fp8
+# (int4 weight-only GEMMs take bf16 activations)
+LOW_PRECISION_DISPATCH = frozenset({"fp8", "nvfp4", "mxfp4"})
 
 # The least time a step of the simple model may cost: one nanosecond.
 MIN_STEP_S = 1e-9
@@ -152,7 +157,9 @@ class RooflineStepTimeConfig(StrictModel):
     ``compute_efficiency`` and ``gemm_half_tokens`` (a GEMM of m tokens per weight, or per
     expert, runs at ``compute_efficiency x m / (m + gemm_half_tokens)`` of the peak),
     ``memory_efficiency`` (HBM), ``kernel_latency_s`` (per kernel),
-    ``communication_efficiency`` and ``collective_latency_s`` (all-reduce);
+    ``communication_efficiency`` and ``collective_latency_s`` (NCCL all-reduce),
+    ``custom_allreduce_latency_s`` and ``custom_allreduce_efficiency`` (the small-message
+    all-reduce inside a node; ``pdsim.perf.collectives``);
     ``kernels_from`` names the hardware spec the fields not given were taken from ("" when
     the config gives them all).
     ``attention_efficiency``: fraction of the bf16 peak attention kernels reach;
@@ -199,6 +206,16 @@ class RooflineStepTimeConfig(StrictModel):
     """Fraction of link bandwidth an all-reduce reaches (default: the hardware's fit)."""
     collective_latency_s: Seconds = DEFAULT_KERNELS.collective_latency_s
     """Fixed time of one all-reduce, in seconds (default: the hardware's fit)."""
+    custom_allreduce_latency_s: Seconds = DEFAULT_KERNELS.custom_allreduce_latency_s
+    """Fixed time of one small-message (custom, peer-memory) all-reduce inside a node, in
+    seconds (default: the hardware's fit)."""
+    custom_allreduce_efficiency: Efficiency = DEFAULT_KERNELS.custom_allreduce_efficiency
+    """Fraction of link bandwidth the custom all-reduce reaches (default: the hardware's
+    fit)."""
+    moe_dispatch_dtype: Literal["fp8", "bf16"] | None = None
+    """Dtype of tokens dispatched to expert-parallel ranks (combine uses the activation
+    dtype); null: fp8 when the experts run fp8 or 4-bit weights (DeepEP's FP8 dispatch),
+    else the activation dtype."""
     kernels_from: str = ""
     """The hardware spec the kernel constants not given were taken from (filled in; '' when all
     are given)."""
@@ -265,6 +282,10 @@ class RooflineStepTimeConfig(StrictModel):
         if not self.kernels_from or any(getattr(self, f) != getattr(kernels, f)
                                         for f in KERNEL_FIELDS):
             kernel_src = "kernel constants set in the config"
+        elif kernels.transferred_from and 0 < len(kernels.borrowed) < len(KERNEL_FIELDS):
+            kernel_src = (f"kernel constants fitted to {kernels.fitted_to}, except "
+                          f"{', '.join(kernels.borrowed)} borrowed from another GPU's fit "
+                          f"({kernels.transferred_from})")
         elif kernels.transferred_from:
             kernel_src = (f"kernel constants of {self.kernels_from} borrowed from another GPU's "
                           f"fit ({kernels.transferred_from})")
@@ -280,11 +301,28 @@ class RooflineStepTimeConfig(StrictModel):
 
     @property
     def borrowed_fit(self) -> str:
-        """The hardware whose kernel fit this config's hardware borrows ("" if none)."""
+        """The hardware whose kernel fit this config's hardware borrows ("" if none), with
+        each borrowed value still in force (name=value)."""
         fit = _hardware_kernels(self.hardware)
-        if fit is None or not self.kernels_from:
+        if fit is None or not self.kernels_from or not fit[0].transferred_from:
             return ""
-        return fit[0].transferred_from
+        kernels = fit[0]
+        names = kernels.borrowed or KERNEL_FIELDS
+        values = [f"{f}={getattr(self, f):g}" for f in names
+                  if f in KERNEL_FIELDS and getattr(self, f) == getattr(kernels, f)]
+        if not values:
+            return ""
+        return f"{kernels.transferred_from}; borrowed values: {', '.join(values)}"
+
+    @property
+    def dispatch_dtype(self) -> str:
+        """The dtype tokens are dispatched to expert-parallel ranks in (see
+        ``moe_dispatch_dtype``)."""
+        if self.moe_dispatch_dtype is not None:
+            return self.moe_dispatch_dtype
+        arch = self.resolved_model()
+        experts = arch.expert_weight_dtype or arch.weight_dtype
+        return "fp8" if experts in LOW_PRECISION_DISPATCH else "bf16"
 
     @field_validator("model")
     @classmethod

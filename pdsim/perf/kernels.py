@@ -13,7 +13,10 @@ data). See docs/step-time.md for the fitted values and their errors.
 - elementwise kernel (norms, activations, residual adds) moving ``b`` bytes:
   ``latency + b / (bandwidth x memory_eff)``.
 - all-reduce of ``b`` bytes over ``g`` GPUs (ring):
-  ``collective_latency + b x 2 (g - 1) / g / (link x communication_eff)``.
+  ``collective_latency + b x 2 (g - 1) / g / (link x communication_eff)`` for NCCL, and
+  the same law with ``custom_allreduce_latency_s`` / ``custom_allreduce_efficiency`` for
+  the peer-memory all-reduce engines run on small messages inside one node (the step
+  pays the lesser; ``pdsim.perf.collectives``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ from pdsim._model import StrictModel
 Efficiency = Annotated[float, Field(gt=0, le=1)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
+CUSTOM_ALLREDUCE_LATENCY_S = 4.55e-6
+CUSTOM_ALLREDUCE_EFFICIENCY = 0.124
+"""The custom all-reduce fit on H100 (``tools/fit_collectives.py``): SGLang PR #2904
+(github.com/sgl-project/sglang/pull/2904, 2025-01-15), its TensorRT-LLM-derived
+custom all-reduce on 8 x H100 without CUDA graphs, 18 timings at TP 2, 4, 8 and 512 B to
+1 MiB (5.9 us at 512 B, 16.7 us at 256 KiB, 33.8 us at 1 MiB over 8 GPUs); median error
+16.8%, worst 28.5%."""
+
 
 class KernelFit(StrictModel):
     """Fitted kernel constants of one GPU (the ``kernels`` section of a hardware profile).
@@ -38,8 +49,12 @@ class KernelFit(StrictModel):
     - ``kernel_latency_s``: fixed time of one kernel (launch-to-end of an empty one).
     - ``collective_latency_s``, ``communication_efficiency``: one all-reduce's fixed time
       and the fraction of the per-direction link bandwidth its ring reaches.
+    - ``custom_allreduce_latency_s``, ``custom_allreduce_efficiency``: the same for the
+      one-shot / two-shot peer-memory all-reduce (vLLM, SGLang, TensorRT-LLM) engines run
+      on small messages inside one node.
     - ``fitted_to``: the data the values come from; ``transferred_from`` names another
-      GPU's fit when this one has no public kernel data.
+      GPU's fit when this one has no public kernel data; ``borrowed`` lists each field
+      whose value is another GPU's (``pdsim show-config`` prints them).
     """
 
     compute_efficiency: Efficiency
@@ -54,10 +69,16 @@ class KernelFit(StrictModel):
     """Fixed time of one all-reduce, in seconds."""
     communication_efficiency: Efficiency
     """Fraction of per-direction link bandwidth an all-reduce ring reaches."""
+    custom_allreduce_latency_s: NonNegFloat = CUSTOM_ALLREDUCE_LATENCY_S
+    """Fixed time of one peer-memory (custom) all-reduce inside a node, in seconds."""
+    custom_allreduce_efficiency: Efficiency = CUSTOM_ALLREDUCE_EFFICIENCY
+    """Fraction of per-direction link bandwidth the custom all-reduce reaches."""
     fitted_to: str = ""
     """The data the values are fitted to."""
     transferred_from: str = ""
     """Another GPU whose fit this one borrows, when it has no public kernel data."""
+    borrowed: tuple[str, ...] = ()
+    """The fields whose values are another GPU's fit (transferred_from says whose)."""
 
 
 DEFAULT_KERNELS = KernelFit(

@@ -17,9 +17,12 @@ Operator groups of one forward pass (per GPU of the instance):
   per decoding request;
 - sampling: the logits of every position that needs one written and read again (the
   target's rejection sampler sees N + 1 rows per speculating request);
-- fixed: ``kernel_latency_s`` per kernel of the forward, and per collective a ring
-  all-reduce of the hidden state after every TP-sliced sublayer, all-to-all dispatch and
-  combine around expert-parallel MoE layers;
+- fixed: ``kernel_latency_s`` per kernel of the forward;
+- collectives from placement (``pdsim.perf.collectives``): an all-reduce of the hidden
+  state after every TP-sliced sublayer (the lesser of the custom and the NCCL kernel inside
+  a node, NCCL's hierarchical one across nodes), an all-to-all dispatch and combine around
+  expert-parallel MoE layers with their real bytes (low-latency kernels in decode steps,
+  normal ones with node-limited routing in steps with prefill);
 - CPU: ``overhead_s + overhead_per_request_s x requests`` per step.
 
 The drafter adds its forwards: the first over every position the target computed this
@@ -50,6 +53,7 @@ from pdsim.perf.architecture import (
     NoMixer,
 )
 from pdsim.perf.base import StepBatch
+from pdsim.perf.collectives import DISPATCH_BYTES, allreduce_lines, alltoall_lines
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.perf.hardware import HardwareSpec
 from pdsim.perf.routing import (
@@ -95,10 +99,14 @@ class _Stack:
     __slots__ = (
         "a2a_count",
         "a2a_latency_s",
+        "a2a_prefill_latency_s",
+        "a2a_prefill_s_per_token",
         "a2a_s_per_token",
         "ar_count",
         "ar_latency_s",
         "ar_s_per_token",
+        "ar_small_latency_s",
+        "ar_small_s_per_token",
         "attn",
         "dense_half_tokens",
         "dense_s_per_token",
@@ -196,17 +204,27 @@ class _Stack:
         self.attn = tuple(attn)
         self.rec_s_per_token = rec_flops / attn_peak
         self.state_s_per_request = 2.0 * state_bytes / bw  # read and write back
-        self.ar_latency_s = hw.collective_latency_s(tp, cfg.collective_latency_s)
-        self.a2a_latency_s = hw.collective_latency_s(ep, cfg.collective_latency_s)
+        # collectives from placement: per all-reduce the lesser of two lines (custom and
+        # NCCL kernel), per MoE layer one dispatch + combine line (decode / prefill kernels)
+        small, nccl = allreduce_lines(
+            tp, hw, h * act, nccl_latency_s=cfg.collective_latency_s,
+            nccl_efficiency=cfg.communication_efficiency,
+            custom_latency_s=cfg.custom_allreduce_latency_s,
+            custom_efficiency=cfg.custom_allreduce_efficiency)
         self.ar_count = allreduces if tp > 1 else 0
-        self.ar_s_per_token = (h * act * 2.0 * (tp - 1) / tp
-                               / (hw.link_bandwidth_bytes_per_s(tp)
-                                  * cfg.communication_efficiency)) if tp > 1 else 0.0
+        self.ar_small_latency_s, self.ar_small_s_per_token = small
+        self.ar_latency_s, self.ar_s_per_token = nccl
+        # a2a_count counts dispatch and combine apart; each line is one of the pair, and
+        # per token of the instance (each of its TP GPUs sends 1/TP of them)
         self.a2a_count = 2 * alltoalls if ep > 1 else 0
         top_k = max((k for (_, k, _) in moe), default=0)
-        self.a2a_s_per_token = (top_k * h * act * (ep - 1) / ep / tp
-                                / (hw.link_bandwidth_bytes_per_s(ep)
-                                   * cfg.communication_efficiency)) if ep > 1 else 0.0
+        decode_line, prefill_line = alltoall_lines(
+            ep, hw, top_k=top_k, hidden=h, dispatch_bytes=DISPATCH_BYTES[cfg.dispatch_dtype],
+            combine_bytes=act, max_nodes_per_token=routing.max_nodes_per_token)
+        self.a2a_latency_s = decode_line[0] / 2.0
+        self.a2a_s_per_token = decode_line[1] / 2.0 / tp
+        self.a2a_prefill_latency_s = prefill_line[0] / 2.0
+        self.a2a_prefill_s_per_token = prefill_line[1] / 2.0 / tp
         self.fixed_s = fixed_s + kernels * cfg.kernel_latency_s
 
     def time_s(self, tokens: float, logit_tokens: float, prefill_tokens: float,
@@ -252,9 +270,14 @@ class _Stack:
             t += max(tokens * self.rec_s_per_token,
                      decode_requests * self.state_s_per_request)
         if self.ar_count:
-            t += self.ar_count * (self.ar_latency_s + tokens * self.ar_s_per_token)
+            t += self.ar_count * min(self.ar_small_latency_s + tokens * self.ar_small_s_per_token,
+                                     self.ar_latency_s + tokens * self.ar_s_per_token)
         if self.a2a_count:
-            t += self.a2a_count * (self.a2a_latency_s + tokens * self.a2a_s_per_token)
+            if prefill_tokens:
+                t += self.a2a_count * (self.a2a_prefill_latency_s
+                                       + tokens * self.a2a_prefill_s_per_token)
+            else:
+                t += self.a2a_count * (self.a2a_latency_s + tokens * self.a2a_s_per_token)
         return t
 
 

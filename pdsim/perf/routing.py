@@ -42,6 +42,7 @@ from pdsim._model import StrictModel
 BUCKETS = 4
 Fraction = Annotated[float, Field(ge=0, lt=1)]
 NonNegFloat = Annotated[float, Field(ge=0, le=4, allow_inf_nan=False)]
+PositiveInt = Annotated[int, Field(ge=1)]
 
 
 class ExpertRouting(StrictModel):
@@ -50,13 +51,17 @@ class ExpertRouting(StrictModel):
     ``load_cv``: coefficient of variation of per-expert load over a serving window (0 =
     uniform); ``token_reuse``: excess probability that a further token of the same
     request re-picks one of its earlier tokens' experts (0 = independent);
-    ``sources``: where the figures come from.
+    ``max_nodes_per_token``: node-limited routing, the most nodes a token's experts may
+    span (DeepSeek-V3's group-limited gating); ``sources``: where the figures come from.
     """
 
     load_cv: NonNegFloat = 0.0
     """Coefficient of variation of per-expert load over a serving window (0: uniform)."""
     token_reuse: Fraction = 0.0
     """Excess probability a later token of a request re-picks its earlier tokens' experts."""
+    max_nodes_per_token: PositiveInt | None = None
+    """Node-limited routing: the most nodes one token's experts may sit on (null: no
+    limit); the normal expert-parallel all-to-all sends a token once per node it reaches."""
     sources: dict[str, str] = Field(default_factory=dict)
     """Where the figures come from."""
 
