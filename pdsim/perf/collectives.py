@@ -39,14 +39,14 @@ from pdsim.perf.hardware import HardwareSpec
 # 155/273, 173/314, 192/369, 194/360 us. Fitted by ``tools/fit_collectives.py``
 # (least squares on log time, 12 rows: median error 2.1%, worst 7.4%) to
 # ``fixed + max(NVLink bytes / (NVLink x eff), RDMA bytes / (NIC x eff))``.
-DEEPEP_DISPATCH_FIXED_S = 29.0e-6
+DEEPEP_DISPATCH_FIXED_S = 29.4e-6
 """Fixed time of one low-latency dispatch (DeepEP V1 fit)."""
-DEEPEP_COMBINE_FIXED_S = 26.5e-6
+DEEPEP_COMBINE_FIXED_S = 27.0e-6
 """Fixed time of one low-latency combine (DeepEP V1 fit)."""
-DEEPEP_NVLINK_EFFICIENCY = 0.717
+DEEPEP_NVLINK_EFFICIENCY = 0.722
 """Fraction of the nominal per-direction NVLink bandwidth the all-to-all reaches: the fit's
-0.896 of the ~160 GB/s DeepEP measures on H800, over H800's nominal 200 GB/s."""
-DEEPEP_RDMA_EFFICIENCY = 0.873
+0.903 of the ~160 GB/s DeepEP measures on H800, over H800's nominal 200 GB/s."""
+DEEPEP_RDMA_EFFICIENCY = 0.875
 """Fraction of the NIC's per-direction bandwidth the all-to-all reaches (fit; 50 GB/s)."""
 DEEPEP_HARDWARE = ("h100-sxm", "h200")
 """Profiles on the GPU DeepEP's tables were measured on (Hopper); others borrow them."""
