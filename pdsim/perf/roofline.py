@@ -170,7 +170,10 @@ class _Stack:
             state_bytes += n * state_bytes_per_layer(mixer, arch.state_dtype, tp)
             if not isinstance(mixer, NoMixer):
                 allreduces += n
-            if isinstance(ffn, MoEFFN) and ep > 1:
+            if isinstance(ffn, MoEFFN) and ep > tp:
+                # the EP group spans attention-DP ranks: tokens move to their experts'
+                # ranks and back; with EP = TP every GPU already holds every token and
+                # an all-reduce combines the experts' outputs, as for sliced experts
                 alltoalls += n
             elif isinstance(ffn, DenseFFN | MoEFFN):
                 allreduces += n
@@ -216,7 +219,7 @@ class _Stack:
         self.ar_latency_s, self.ar_s_per_token = nccl
         # a2a_count counts dispatch and combine apart; each line is one of the pair, and
         # per token of the instance (each of its TP GPUs sends 1/TP of them)
-        self.a2a_count = 2 * alltoalls if ep > 1 else 0
+        self.a2a_count = 2 * alltoalls
         top_k = max((k for (_, k, _) in moe), default=0)
         decode_line, prefill_line = alltoall_lines(
             ep, hw, top_k=top_k, hidden=h, dispatch_bytes=DISPATCH_BYTES[cfg.dispatch_dtype],
