@@ -36,17 +36,17 @@ from pdsim.perf.hardware import HardwareSpec
 # tables, H800 with ~160 GB/s NVLink per direction and one CX7 400 Gb/s NIC per GPU,
 # 128 tokens per rank, hidden 7168, top-8, FP8 dispatch, BF16 combine). Low-latency
 # kernels, dispatch / combine latency at EP 8, 16, 32, 64, 128, 256: 77/114, 118/195,
-# 155/273, 173/314, 192/369, 194/360 us. Fitted by ``tools/fit_collectives.py``
-# (least squares on log time, 12 rows: median error 2.1%, worst 7.4%) to
-# ``fixed + max(NVLink bytes / (NVLink x eff), RDMA bytes / (NIC x eff))``.
-DEEPEP_DISPATCH_FIXED_S = 29.4e-6
+# 155/273, 173/314, 192/369, 194/360 us (``pdsim.perf.collective_data``). Fitted by
+# ``tools/fit_collectives.py`` (least squares on log time, 12 timings: median error 2.1%,
+# worst 7.4%) to ``fixed + max(NVLink bytes / (NVLink x eff), RDMA bytes / (NIC x eff))``.
+DEEPEP_DISPATCH_FIXED_S = 29.0e-6
 """Fixed time of one low-latency dispatch (DeepEP V1 fit)."""
-DEEPEP_COMBINE_FIXED_S = 27.0e-6
+DEEPEP_COMBINE_FIXED_S = 26.4e-6
 """Fixed time of one low-latency combine (DeepEP V1 fit)."""
-DEEPEP_NVLINK_EFFICIENCY = 0.722
+DEEPEP_NVLINK_EFFICIENCY = 0.715
 """Fraction of the nominal per-direction NVLink bandwidth the all-to-all reaches: the fit's
-0.903 of the ~160 GB/s DeepEP measures on H800, over H800's nominal 200 GB/s."""
-DEEPEP_RDMA_EFFICIENCY = 0.875
+0.894 of the ~160 GB/s DeepEP measures on H800, over H800's nominal 200 GB/s."""
+DEEPEP_RDMA_EFFICIENCY = 0.873
 """Fraction of the NIC's per-direction bandwidth the all-to-all reaches (fit; 50 GB/s)."""
 DEEPEP_HARDWARE = ("h100-sxm", "h200")
 """Profiles on the GPU DeepEP's tables were measured on (Hopper); others borrow them."""
