@@ -54,9 +54,10 @@ def deepep_low_latency_s(per_channel_bytes: float, fixed_s: float, nvlink_effici
     per_copy = DEEPEP_TOKENS * DEEPEP_TOP_K * DEEPEP_HIDDEN * per_channel_bytes
     intra = per_copy * (n - 1) / ep
     inter = per_copy * (ep - n) / ep
-    return fixed_s + np.maximum(
+    out: np.ndarray = fixed_s + np.maximum(
         intra / (H800_NVLINK_NOMINAL_BYTES_PER_S * nvlink_efficiency),
         inter / (NIC_BYTES_PER_S * rdma_efficiency))
+    return out
 
 
 def deepep_errors(dispatch_fixed_s: float, combine_fixed_s: float, nvlink_efficiency: float,
