@@ -77,7 +77,7 @@ class KernelFit(StrictModel):
     """The data the values are fitted to."""
     transferred_from: str = ""
     """Another GPU whose fit this one borrows, when it has no public kernel data."""
-    borrowed: tuple[str, ...] = ()
+    borrowed: list[str] = Field(default_factory=list)
     """The fields whose values are another GPU's fit (transferred_from says whose)."""
 
 
