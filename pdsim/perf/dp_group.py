@@ -73,6 +73,8 @@ class DPGroupStepTime:
         if not real:
             raise ValueError("a step with every rank idle is not run")
         model, bare = self._model, self._bare
+        if len(real) == self.ranks and real.count(real[0]) == self.ranks:
+            return model.step_time_s(real[0])  # equal batches: the one rank's step
         priced = real if len(real) == self.ranks else [*real, DUMMY_BATCH]
         if bare is None:
             return max(model.step_time_s(b) for b in priced)
