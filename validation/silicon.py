@@ -103,6 +103,12 @@ requests then stays in waves), but on 65 fit SGLang rows it moved the median TTF
 slow) and the mean TPOT error from 20.4% to 22.5%, so the suite keeps ``mixed`` for SGLang
 too (docs/validation-silicon.md, "Why TTFT is short")."""
 
+DP_BALANCE: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm",
+                              "sglang": "sglang_round_robin"}
+"""Each backend's assignment of requests to attention-DP ranks (``attention_dp_balance``,
+pdsim.engine.dp_group): TensorRT-LLM's attention-DP balance, vLLM's DP load balancer,
+SGLang's data-parallel controller at its default ``round_robin``."""
+
 FRONTEND_LATENCY_S: dict[str, float] = {}
 """Each backend's per-request cost on the way in (``router.frontend_latency_s``, seconds);
 none. ``python -m validation.silicon_gap --fit-frontend`` fits it on fit rows only (the
@@ -198,12 +204,14 @@ def load_sample(path: Path = CSV_PATH) -> list[SiliconRow]:
 @dataclass(frozen=True)
 class Layout:
     """One role's parallel layout, as pdsim runs it: ``instances`` engines of TP ``tp``
-    sharing experts over ``ep`` GPUs (attention-DP ranks are instances)."""
+    sharing experts over ``ep`` GPUs (attention-DP ranks are instances; with experts over
+    them, every ``dp`` instances are one attention-DP engine stepping together)."""
 
     instances: int
     tp: int
     ep: int
     per_rank_batch: int | None
+    dp: int = 1
 
 
 class NotExpressible(Exception):
@@ -238,7 +246,7 @@ def _layout(f: dict[str, str], prefix: str, moe: bool, workers: int) -> Layout:
         if dp > 1:
             raise NotExpressible("MoE tensor parallelism across attention-DP ranks")
         return Layout(workers, tp, 1, per_rank)
-    return Layout(workers * dp, tp, mep, per_rank)
+    return Layout(workers * dp, tp, mep, per_rank, dp)
 
 
 @dataclass(frozen=True)
@@ -405,8 +413,11 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
                              "prefill_policy": PREFILL_POLICIES[plan.backend]}
     if plan.backend == "trtllm":
         sched["max_num_seqs"] = _no_evict_seqs(plan, role, st, sched)
-    return {"count": lay.instances, "kv_cache_gib": None, "step_time": st,
-            "scheduler": sched}
+    group = {"count": lay.instances, "kv_cache_gib": None, "step_time": st,
+             "scheduler": sched}
+    if lay.dp > 1:
+        group.update(attention_dp_size=lay.dp, attention_dp_balance=DP_BALANCE[plan.backend])
+    return group
 
 
 def _no_evict_seqs(plan: Plan, role: str, st: dict[str, Any], sched: dict[str, Any]) -> int:
