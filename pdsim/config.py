@@ -494,6 +494,10 @@ def _dp_issues(path: str, group: InstanceGroupConfig,
     """An attention-DP engine's ranks are its expert-parallel group's attention ranks: a
     roofline MoE with expert parallelism spreads its experts over every rank's GPUs."""
     dp = group.attention_dp_size
+    if group.count % dp:
+        return [(f"{path}.count",
+                 f"{group.count} is not a multiple of attention_dp_size ({dp}): the pool's "
+                 f"instances are the ranks of whole attention-DP engines")]
     if group.attention_dp_balance not in DP_BALANCERS:
         return [(f"{path}.attention_dp_balance",
                  f"unknown policy {group.attention_dp_balance!r}; allowed: "

@@ -62,14 +62,6 @@ class InstanceGroupConfig(StrictModel):
     """How an attention-DP engine assigns a request to a rank (a registered policy:
     ``vllm``, ``sglang_round_robin``, ``trtllm``); read only with attention_dp_size > 1."""
 
-    @model_validator(mode="after")
-    def _whole_dp_engines(self) -> InstanceGroupConfig:
-        if self.count % self.attention_dp_size:
-            raise ValueError(f"count ({self.count}) must be a multiple of attention_dp_size "
-                             f"({self.attention_dp_size}): the pool's instances are the "
-                             "ranks of whole attention-DP engines")
-        return self
-
     @property
     def num_dp_engines(self) -> int:
         """Attention-DP engines of the pool (its instances when attention_dp_size is 1)."""

@@ -214,7 +214,7 @@ def test_balancers_pick_as_their_engines_do() -> None:
 def test_attention_dp_config_errors() -> None:
     d = _dsv3(4)
     d["cluster"]["decode"]["count"] = 6
-    with pytest.raises(ConfigError, match="multiple of attention_dp_size"):
+    with pytest.raises(ConfigError, match="not a multiple of attention_dp_size"):
         load_config(d)
     d = _dsv3(4)
     d["cluster"]["decode"]["step_time"]["tensor_parallel_size"] = 1
