@@ -831,7 +831,11 @@ def render(out: Outcome, meta: Meta) -> str:
         "another request count, which changes how much the burst weighs.")
     add("- **Deployment**: one agg instance type (`count` = attention-DP ranks, each TP "
         "`tp_size`, experts over `moe_ep_size` GPUs), or P and D pools of "
-        "`num_workers x attention_dp` instances each; `model` and `hardware` from the shipped "
+        "`num_workers x attention_dp` instances each; with experts over the attention-DP "
+        "ranks (`moe_ep_size` > 1) every `attention_dp_size` instances are one attention-DP "
+        "engine stepping together (`attention_dp_size`, docs/step-time.md; requests to ranks "
+        "by the backend's balance, `attention_dp_balance`: TensorRT-LLM's, vLLM's, SGLang's "
+        "round robin); `model` and `hardware` from the shipped "
         "profiles; weight and expert dtypes from `gemm_quant_mode` / `moe_quant_mode` "
         "(fp8 and fp8_block: fp8; nvfp4; int4_wo: int4; empty: the `precision` column, else "
         "the profile's); KV cache fp8 for fp8 and nvfp4 deployments, else bf16 (the sample "
@@ -1004,7 +1008,7 @@ def render(out: Outcome, meta: Meta) -> str:
         "either (`cli_estimate` requires `prefill_num_workers` and `decode_num_workers`), "
         "so they are not guessed here. MoE hybrid TP x EP and MoE TP across attention-DP "
         "ranks have no pdsim layout (its `expert_parallel_size` shards whole experts; "
-        "attention-DP ranks run as instances sharing them).")
+        "attention-DP ranks run as the ranks of one engine sharing them).")
     add("")
     return "\n".join(lines)
 
