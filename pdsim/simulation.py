@@ -61,11 +61,11 @@ class Simulation:
         self._tids = count()
         self.instances: list[Instance] = []
         self.by_role: dict[Role, list[Instance]] = {}
-        # instances numbered across a role's pools; the router sees all of a role's
         # attention-DP engines (pools with attention_dp_size > 1): their ranks are
         # instances; the router sees the engines of such a role (``_route_targets``)
         self.dp_groups: list[DPGroup] = []
         self._route_targets: dict[Role, list[Instance | DPGroup]] = {}
+        # instances numbered across a role's pools; the router sees all of a role's
         for pool in config.cluster.pools():
             members = self.by_role.setdefault(pool.role, [])
             made = []
