@@ -55,7 +55,7 @@ from pdsim.perf.config import (
     SimpleStepTimeConfig,
     StepTimeConfig,
 )
-from pdsim.policies import ROUTERS
+from pdsim.policies import DP_BALANCERS, ROUTERS
 from pdsim.topology_config import transfer_issues
 from pdsim.workload.config import WorkloadConfig
 
@@ -368,6 +368,7 @@ class SimConfig(StrictModel):
             sched = group.scheduler
             if group.count < 1:
                 continue
+            issues.extend(_dp_issues(path, group, self.step_time_of(group)))
             try:
                 blocks = self.num_blocks(group)
             except ConfigError as exc:
@@ -486,3 +487,28 @@ def _max_tokens(dist: object, synthetic: bool, unbounded: int) -> int:
         vals = dist.values or dist.bin_edges  # type: ignore[attr-defined]
         return int(max(vals)) if vals else unbounded
     return unbounded
+
+
+def _dp_issues(path: str, group: InstanceGroupConfig,
+               st: StepTimeConfig) -> list[tuple[str, str]]:
+    """An attention-DP engine's ranks are its expert-parallel group's attention ranks: a
+    roofline MoE with expert parallelism spreads its experts over every rank's GPUs."""
+    dp = group.attention_dp_size
+    if group.count % dp:
+        return [(f"{path}.count",
+                 f"{group.count} is not a multiple of attention_dp_size ({dp}): the pool's "
+                 f"instances are the ranks of whole attention-DP engines")]
+    if group.attention_dp_balance not in DP_BALANCERS:
+        return [(f"{path}.attention_dp_balance",
+                 f"unknown policy {group.attention_dp_balance!r}; allowed: "
+                 f"{', '.join(DP_BALANCERS)}")]
+    if dp == 1 or not isinstance(st, RooflineStepTimeConfig):
+        return []
+    tp, ep = st.tensor_parallel_size, st.expert_parallel_size
+    if ep > 1 and ep != tp * dp:
+        return [(f"{path}.attention_dp_size",
+                 f"{dp} ranks of tensor_parallel_size {tp} hold {tp * dp} GPUs, but the "
+                 f"step time's expert_parallel_size is {ep}: the experts are spread over "
+                 f"the engine's GPUs (expert_parallel_size = tensor_parallel_size x "
+                 f"attention_dp_size)")]
+    return []

@@ -51,6 +51,21 @@ class InstanceGroupConfig(StrictModel):
     step_time: StepTimeConfig | None = None
     """This pool's step-time model (its hardware, parallelism, dtypes); null: the root
     step_time."""
+    attention_dp_size: Annotated[int, Field(ge=1), at_most(
+        MAX_INSTANCES, "each rank is simulated step by step")] = 1
+    """Attention data-parallel ranks per engine: every ``attention_dp_size`` consecutive
+    instances of the pool are the ranks of one engine (each its own scheduler and KV pool)
+    that step together, the MoE's expert-parallel group spanning them; the router sees
+    the engine, which assigns each request to a rank (``attention_dp_balance``). 1: each
+    instance stands alone. ``count`` must be a multiple."""
+    attention_dp_balance: Annotated[str, Field(min_length=1, max_length=64)] = "vllm"
+    """How an attention-DP engine assigns a request to a rank (a registered policy:
+    ``vllm``, ``sglang_round_robin``, ``trtllm``); read only with attention_dp_size > 1."""
+
+    @property
+    def num_dp_engines(self) -> int:
+        """Attention-DP engines of the pool (its instances when attention_dp_size is 1)."""
+        return self.count // self.attention_dp_size
 
 
 GroupOrPools = InstanceGroupConfig | Annotated[

@@ -53,3 +53,4 @@ class PolicyRegistry:
 
 
 ROUTERS = PolicyRegistry("router.policy")
+DP_BALANCERS = PolicyRegistry("cluster.<role>.attention_dp_balance")

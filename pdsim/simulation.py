@@ -17,6 +17,7 @@ import simpy
 
 from pdsim.config import Role, SimConfig
 from pdsim.engine.connector import ConnectorScheduler, KVTransferParams
+from pdsim.engine.dp_group import DPGroup
 from pdsim.engine.events import EngineEnvironment
 from pdsim.engine.instance import EngineHooks, Instance
 from pdsim.engine.request import Request, RequestFacts, Status, with_room
@@ -60,15 +61,32 @@ class Simulation:
         self._tids = count()
         self.instances: list[Instance] = []
         self.by_role: dict[Role, list[Instance]] = {}
+        # attention-DP engines (pools with attention_dp_size > 1): their ranks are
+        # instances; the router sees the engines of such a role (``_route_targets``)
+        self.dp_groups: list[DPGroup] = []
+        self._route_targets: dict[Role, list[Instance | DPGroup]] = {}
         # instances numbered across a role's pools; the router sees all of a role's
         for pool in config.cluster.pools():
             members = self.by_role.setdefault(pool.role, [])
+            made = []
             for name in pool.instance_names:
                 inst = Instance(self, self.env, config, self.specs, self.acceptance_sampler,
                                 self.hooks, len(self.instances), name, pool.role,
                                 pool.group, pool.name)
                 self.instances.append(inst)
                 members.append(inst)
+                made.append(inst)
+            dp = pool.group.attention_dp_size
+            targets = self._route_targets.setdefault(pool.role, [])
+            if dp == 1:
+                targets.extend(made)
+                continue
+            for k in range(0, len(made), dp):
+                engine = DPGroup(self.env, made[k:k + dp], pool.group.attention_dp_balance)
+                self.dp_groups.append(engine)
+                targets.append(engine)
+        if not self.dp_groups:
+            self._route_targets.clear()
         self.by_name = {inst.name: inst for inst in self.instances}
         # the role groups the request path reads (no enum hashing per request)
         self.prefills = self.by_role.get(Role.PREFILL, [])
@@ -166,8 +184,12 @@ class Simulation:
         """Start the engines, the faults and the arrivals; then ``step()`` (or ``run``)
         processes the events."""
         self._progress = progress
+        ranked = {id(r) for g in self.dp_groups for r in g.ranks}
         for inst in self.instances:
-            self.env.process(inst.run())
+            if id(inst) not in ranked:
+                self.env.process(inst.run())
+        for engine in self.dp_groups:
+            self.env.process(engine.run())
         self._schedule_faults()
         if not self.num_requests:
             return
@@ -272,10 +294,23 @@ class Simulation:
         addressed = self.route_to.get(req.id)
         if addressed is not None:  # a client chose the instance (pdsim serve --pd-endpoints)
             return next((i for i in cands if i.name == addressed), None)
+        if self._route_targets:
+            return self._choose_engine(self._route_targets[cands[0].role], req, tokens)
         if cands[0].role in self._fit_varies:
             fit = [i for i in cands if tokens <= i.max_fit_tokens]
             cands = fit or cands
         return cands[self.router.choose(cands, req)]
+
+    def _choose_engine(self, targets: list[Instance | DPGroup], req: Request,
+                       tokens: int) -> Instance:
+        """``_choose`` where a role has attention-DP engines: the router picks among the
+        engines (and lone instances) that are up; an engine assigns the rank."""
+        cands = [t for t in targets if t.up]
+        if targets[0].role in self._fit_varies:
+            fit = [t for t in cands if tokens <= t.max_fit_tokens]
+            cands = fit or cands
+        pick = cands[self.router.choose(cands, req)]
+        return pick.assign(req) if isinstance(pick, DPGroup) else pick
 
     def _dispatch(self, req: Request) -> None:
         if req.prompt_tokens + req.output_target > self._max_model_len:

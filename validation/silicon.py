@@ -114,6 +114,12 @@ preemptions or the likely-MTP flag, searched on a grid (0-3 ms by 0.1 ms, 0-80 u
 over the TPOT of a scored sample plus increment x batch per rank, then checked by
 simulating the sample again. TensorRT-LLM's best increments were 0 and 2 us (left out)."""
 
+DP_BALANCE: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm",
+                              "sglang": "sglang_round_robin"}
+"""Each backend's assignment of requests to attention-DP ranks (``attention_dp_balance``,
+pdsim.engine.dp_group): TensorRT-LLM's attention-DP balance, vLLM's DP load balancer,
+SGLang's data-parallel controller at its default ``round_robin``."""
+
 FRONTEND_LATENCY_S: dict[str, float] = {}
 """Each backend's per-request cost on the way in (``router.frontend_latency_s``, seconds);
 none. ``python -m validation.silicon_gap --fit-frontend`` fits it on fit rows only (the
@@ -209,12 +215,14 @@ def load_sample(path: Path = CSV_PATH) -> list[SiliconRow]:
 @dataclass(frozen=True)
 class Layout:
     """One role's parallel layout, as pdsim runs it: ``instances`` engines of TP ``tp``
-    sharing experts over ``ep`` GPUs (attention-DP ranks are instances)."""
+    sharing experts over ``ep`` GPUs (attention-DP ranks are instances; with experts over
+    them, every ``dp`` instances are one attention-DP engine stepping together)."""
 
     instances: int
     tp: int
     ep: int
     per_rank_batch: int | None
+    dp: int = 1
 
 
 class NotExpressible(Exception):
@@ -249,7 +257,7 @@ def _layout(f: dict[str, str], prefix: str, moe: bool, workers: int) -> Layout:
         if dp > 1:
             raise NotExpressible("MoE tensor parallelism across attention-DP ranks")
         return Layout(workers, tp, 1, per_rank)
-    return Layout(workers * dp, tp, mep, per_rank)
+    return Layout(workers * dp, tp, mep, per_rank, dp)
 
 
 @dataclass(frozen=True)
@@ -418,8 +426,11 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
                              "prefill_policy": PREFILL_POLICIES[plan.backend]}
     if plan.backend == "trtllm":
         sched["max_num_seqs"] = _no_evict_seqs(plan, role, st, sched)
-    return {"count": lay.instances, "kv_cache_gib": None, "step_time": st,
-            "scheduler": sched}
+    group = {"count": lay.instances, "kv_cache_gib": None, "step_time": st,
+             "scheduler": sched}
+    if lay.dp > 1:
+        group.update(attention_dp_size=lay.dp, attention_dp_balance=DP_BALANCE[plan.backend])
+    return group
 
 
 def _no_evict_seqs(plan: Plan, role: str, st: dict[str, Any], sched: dict[str, Any]) -> int:
@@ -834,7 +845,11 @@ def render(out: Outcome, meta: Meta) -> str:
         "another request count, which changes how much the burst weighs.")
     add("- **Deployment**: one agg instance type (`count` = attention-DP ranks, each TP "
         "`tp_size`, experts over `moe_ep_size` GPUs), or P and D pools of "
-        "`num_workers x attention_dp` instances each; `model` and `hardware` from the shipped "
+        "`num_workers x attention_dp` instances each; with experts over the attention-DP "
+        "ranks (`moe_ep_size` > 1) every `attention_dp_size` instances are one attention-DP "
+        "engine stepping together (`attention_dp_size`, docs/step-time.md; requests to ranks "
+        "by the backend's balance, `attention_dp_balance`: TensorRT-LLM's, vLLM's, SGLang's "
+        "round robin); `model` and `hardware` from the shipped "
         "profiles; weight and expert dtypes from `gemm_quant_mode` / `moe_quant_mode` "
         "(fp8 and fp8_block: fp8; nvfp4; int4_wo: int4; empty: the `precision` column, else "
         "the profile's); KV cache fp8 for fp8 and nvfp4 deployments, else bf16 (the sample "
@@ -1007,7 +1022,7 @@ def render(out: Outcome, meta: Meta) -> str:
         "either (`cli_estimate` requires `prefill_num_workers` and `decode_num_workers`), "
         "so they are not guessed here. MoE hybrid TP x EP and MoE TP across attention-DP "
         "ranks have no pdsim layout (its `expert_parallel_size` shards whole experts; "
-        "attention-DP ranks run as instances sharing them).")
+        "attention-DP ranks run as the ranks of one engine sharing them).")
     add("")
     return "\n".join(lines)
 

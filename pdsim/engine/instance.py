@@ -331,6 +331,35 @@ class Instance:
             self.busy_s += dt
             self._complete(plan, start)
 
+    # ----------------------------------------- hooks of an attention-DP engine's loop
+
+    def share_wake(self, wake: simpy.Event | None) -> None:
+        """``dp_group``: the engine waits on ``wake``; this rank's ``notify`` fires it."""
+        self._wake = wake
+
+    def stand_still(self, dt: float = 0.0) -> None:
+        """``dp_group``: another loop turn at this instant (or a bad step time)."""
+        self._stand_still(dt)
+
+    def reset_stand_still(self) -> None:
+        """``dp_group``: the clock moved since the engine's last loop turn."""
+        self._zero_steps = 0
+
+    def note_step(self, plan: StepPlan) -> None:
+        """``dp_group``: this rank runs ``plan`` in the engine's next step (the livelock
+        guard counts steps that decode nothing and end no prefill, as ``run`` does)."""
+        if plan.num_decode or any(req.num_computed + n >= req.seq_tokens
+                                  for req, n in plan.chunks):
+            self._idle_steps = 0
+        elif self._idle_steps == 0:
+            self._idle_steps, self._idle_since_s = 1, self.env.now
+        else:
+            self._no_progress()
+
+    def complete_step(self, plan: StepPlan, start_s: float) -> None:
+        """``dp_group``: the engine's step that ran ``plan`` here has ended."""
+        self._complete(plan, start_s)
+
     def _no_progress(self) -> None:
         """Another step that ended no prefill and decoded nothing: work redone after a
         preemption (a request readmitted while it waits for blocks a transfer or a lease

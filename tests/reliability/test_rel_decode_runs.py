@@ -23,7 +23,7 @@ from rel_support import examples, small_cfg
 from test_rel_invariants import CASES, random_configs
 
 import pdsim
-from pdsim.config import SimConfig
+from pdsim.config import Role, SimConfig
 from pdsim.engine_config import EngineConfig
 from pdsim.loader import load_config
 from pdsim.simulation import Simulation
@@ -80,8 +80,14 @@ def test_shipped_configs_run_the_same_without_decode_runs(
            else "workload.num_requests=120")
     cfg = load_config(path, [cap])
     steps_in_runs = assert_same_records(cfg)
-    if raw.speculative.num_speculative_tokens or raw.cluster.mode == "colocated":
+    # attention-DP engines step their ranks one step at a time: no decode runs there
+    lone_decoders = any(p.group.attention_dp_size == 1 for p in raw.cluster.pools()
+                        if p.role is not Role.PREFILL)
+    if (raw.speculative.num_speculative_tokens or raw.cluster.mode == "colocated") and (
+            lone_decoders):
         assert steps_in_runs > 0
+    if not lone_decoders:
+        assert steps_in_runs == 0
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

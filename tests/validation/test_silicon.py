@@ -108,12 +108,17 @@ def test_reason_counts_over_the_sample(sample: list[S.SiliconRow]) -> None:
     assert len(sample) - sum(reasons.values()) == 1296
 
 
-def test_attention_dp_ranks_become_instances_sharing_experts() -> None:
+def test_attention_dp_ranks_become_one_engine_sharing_experts() -> None:
     plan = S.plan_row(_row(tp_size="1", attention_dp_size="8", moe_tp_size="1",
                            moe_ep_size="8", batch_size="128",
                            silicon_data_source="x; silicon_concurrency=1024"))
     assert plan.concurrency == 1024
-    assert plan.roles["colocated"] == S.Layout(instances=8, tp=1, ep=8, per_rank_batch=128)
+    assert plan.roles["colocated"] == S.Layout(instances=8, tp=1, ep=8, per_rank_batch=128,
+                                               dp=8)
+    group = S.build_config(plan)["cluster"]["colocated"]
+    assert group["count"] == 8
+    assert group["attention_dp_size"] == 8
+    assert group["attention_dp_balance"] == S.DP_BALANCE[plan.backend]
 
 
 def test_disagg_pools_from_workers_and_dp() -> None:
@@ -123,11 +128,14 @@ def test_disagg_pools_from_workers_and_dp() -> None:
         prefill_moe_tp_size="1", prefill_moe_ep_size="8", prefill_batch_size="1",
         decode_num_workers="1", decode_tp_size="8", decode_attention_dp_size="1",
         decode_moe_tp_size="8", decode_moe_ep_size="1", decode_batch_size="64"))
-    assert plan.roles["prefill"] == S.Layout(16, 1, 8, 1)
+    assert plan.roles["prefill"] == S.Layout(16, 1, 8, 1, dp=8)
     assert plan.roles["decode"] == S.Layout(1, 8, 1, 64)
     cfg = pdsim.load_config(S.build_config(plan))
     assert cfg.cluster.mode == "disaggregated"
     assert cfg.cluster.count(Role.PREFILL) == 16
+    # two prefill workers, each one attention-DP engine of 8 ranks; decode stands alone
+    assert cfg.cluster.single(Role.PREFILL, "test").num_dp_engines == 2
+    assert cfg.cluster.single(Role.DECODE, "test").attention_dp_size == 1
 
 
 def test_config_mirrors_the_protocol() -> None:
