@@ -224,11 +224,12 @@ class DecodeRun:
         its scheduler would. True when the run ends here."""
         sched = self.sched
         self.reached = j
-        now = self.ends.item(j)
         joined = self._chunks
-        self._chunks = []
-        for req, n in joined:  # prompts completed by a mixed step come first, as step by step
-            sched.complete_chunk(req, n, self.first_step + j, now)
+        if joined:  # prompts completed by a mixed step come first, as step by step
+            self._chunks = []
+            now = self.ends.item(j)
+            for req, n in joined:
+                sched.complete_chunk(req, n, self.first_step + j, now)
         finishing = self._finishes.get(j)
         finished = finishing is not None
         if finishing is not None:
@@ -238,7 +239,8 @@ class DecodeRun:
         if out is not None:
             sched.outcome = None
             self.host.route(out)
-        before = self._state()
+        before = (self.pool.num_used - self.held_alive, len(sched.running) - self.alive_cols,
+                  len(sched.waiting), len(sched.receiving))  # ``_state()``, inline
         ok = True
         for req, _ in joined:
             if req.slot >= 0 and not self._join(req, j):
