@@ -460,12 +460,13 @@ class DecodeRun:
         snaps = [sn for sn in self._snaps if sn[0] < m]
         js = np.array([sn[0] for sn in snaps], dtype=np.int64)
         afters = np.array([self._state0, *(sn[2] for sn in snaps)], dtype=np.float64)
-        state = afters[np.searchsorted(js, self.run_steps[:m, 0], side="left")]
+        state = log[:, 4:8]
+        np.take(afters, np.searchsorted(js, self.run_steps[:m, 0], side="left"), axis=0,
+                out=state)
         if snaps:
             state[js] = [sn[1] for sn in snaps]
         state[:, 0] += np.add.reduce(self.blocks_needed[:m, :cols] * alive, axis=1)
         state[:, 1] += np.add.reduce(alive, axis=1)
-        log[:, 4:8] = state
         self.step_log.add_block(log)
 
 
