@@ -122,7 +122,7 @@ class DecodeRun:
         self.pairs = np.zeros(window, dtype=np.float64)
         self.dts = np.zeros(window, dtype=np.float64)
         self.ends_rel = np.zeros(window, dtype=np.float64)
-        self.ends = np.zeros(0)  # absolute end times of steps 0..num_steps-1
+        self.ends: np.ndarray  # absolute end times of steps 0..num_steps-1 (set by _retime)
         # per column, with room for rows that join (grown on demand)
         cap = min(rows.capacity, count + join_room)
         self.columns_grown = 0  # times the columns were doubled for joining rows
