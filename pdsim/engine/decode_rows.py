@@ -334,6 +334,9 @@ class DecodeRows:
     def vacate_many(self, rows: list[int]) -> None:
         """``vacate`` of each of ``rows`` (distinct), highest first: the same rows end up
         where, moved in one array operation per array."""
+        if len(rows) == 1:  # (the common case: ``vacate`` itself, no index lists)
+            self.vacate(rows[0])
+            return
         left = self.count
         order = list(range(left))  # order[i]: the row now at i
         for s in sorted(rows, reverse=True):
