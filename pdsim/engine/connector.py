@@ -185,7 +185,8 @@ class Link:
                 head[1] == tid or head[0] - self._service < 1.0):
             heapq.heappop(self._tags)
             done.append(self._flows.pop(head[1]))
-        done.sort(key=lambda f: f.tid)
+        if len(done) > 1:
+            done.sort(key=lambda f: f.tid)
         self._reschedule()
         now = self.env.now
         for f in done:

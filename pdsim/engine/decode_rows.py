@@ -41,6 +41,7 @@ class RowSnapshot:
 
 
 _FEW_ROWS = 8  # up to this many rows, a run's per-position counts take one operation
+_NO_WINDOW = int(np.iinfo(np.int64).max)  # stale slots never leave a full-attention module
 
 
 class DecodeRows:
@@ -160,7 +161,7 @@ class DecodeRows:
         window = draft.window_tokens
         # the stale slots nearest the front sit at L - 2 at most (the context is L here)
         self.stale_until_context[s] = (req.seq_tokens - 2 + window if window is not None
-                                       else np.iinfo(np.int64).max)
+                                       else _NO_WINDOW)
         rows = slice(s, s + 1)
         self.stale_weight[s] = 0.0 if stale_weights is None else stale_weights
         changed = stale_weights is not None
@@ -333,6 +334,9 @@ class DecodeRows:
     def vacate_many(self, rows: list[int]) -> None:
         """``vacate`` of each of ``rows`` (distinct), highest first: the same rows end up
         where, moved in one array operation per array."""
+        if len(rows) == 1:  # (the common case: ``vacate`` itself, no index lists)
+            self.vacate(rows[0])
+            return
         left = self.count
         order = list(range(left))  # order[i]: the row now at i
         for s in sorted(rows, reverse=True):

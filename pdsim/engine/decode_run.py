@@ -122,16 +122,18 @@ class DecodeRun:
         self.pairs = np.zeros(window, dtype=np.float64)
         self.dts = np.zeros(window, dtype=np.float64)
         self.ends_rel = np.zeros(window, dtype=np.float64)
-        self.ends = np.zeros(0)  # absolute end times of steps 0..num_steps-1
+        self.ends: np.ndarray  # absolute end times of steps 0..num_steps-1 (set by _retime)
         # per column, with room for rows that join (grown on demand)
         cap = min(rows.capacity, count + join_room)
         self.columns_grown = 0  # times the columns were doubled for joining rows
         self.num_cols = count
         accepted, finish_step = ahead.accepted, ahead.finish_step
-        self.accepted = widen(accepted, cap) if accepted is not None else None
-        self.emitted_by_step = widen(ahead.emitted_by_step, cap)
-        self.decoding = widen(ahead.decoding, cap)
-        self.blocks_needed = widen(ahead.blocks_needed, cap)
+        # (the (steps x columns) arrays' join room is unset: a column is cleared when a row
+        # joins into it, so a run never zeroes columns no row takes)
+        self.accepted = widen_unset(accepted, cap) if accepted is not None else None
+        self.emitted_by_step = widen_unset(ahead.emitted_by_step, cap)
+        self.decoding = widen_unset(ahead.decoding, cap)
+        self.blocks_needed = widen_unset(ahead.blocks_needed, cap)
         self.finish_step = widen(finish_step, cap, window)
         self.held_at_start = widen(rows.blocks_held[:count], cap)
         # blocks the unfinished columns held
@@ -224,11 +226,12 @@ class DecodeRun:
         its scheduler would. True when the run ends here."""
         sched = self.sched
         self.reached = j
-        now = self.ends.item(j)
         joined = self._chunks
-        self._chunks = []
-        for req, n in joined:  # prompts completed by a mixed step come first, as step by step
-            sched.complete_chunk(req, n, self.first_step + j, now)
+        if joined:  # prompts completed by a mixed step come first, as step by step
+            self._chunks = []
+            now = self.ends.item(j)
+            for req, n in joined:
+                sched.complete_chunk(req, n, self.first_step + j, now)
         finishing = self._finishes.get(j)
         finished = finishing is not None
         if finishing is not None:
@@ -238,7 +241,8 @@ class DecodeRun:
         if out is not None:
             sched.outcome = None
             self.host.route(out)
-        before = self._state()
+        before = (self.pool.num_used - self.held_alive, len(sched.running) - self.alive_cols,
+                  len(sched.waiting), len(sched.receiving))  # ``_state()``, inline
         ok = True
         for req, _ in joined:
             if req.slot >= 0 and not self._join(req, j):
@@ -318,11 +322,16 @@ class DecodeRun:
             self._grow_columns()
         self.num_cols = col + 1
         end = first + live
+        # the column was unset (``widen_unset``): clear it, then write the row's steps
         if row.accepted is not None:
             assert self.accepted is not None
+            self.accepted[:, col] = 0
             self.accepted[first:end, col] = row.accepted[:live]
+        self.emitted_by_step[:, col] = 0
         self.emitted_by_step[first:end, col] = row.emitted_by_step[:live]
+        self.decoding[:, col] = False
         self.decoding[first:end, col] = True
+        self.blocks_needed[:first, col] = 0
         self.blocks_needed[first:end, col] = row.blocks_needed
         self.blocks_needed[end:, col] = row.blocks_needed[-1]  # kept after it finishes
         self.finish_step[col] = first + finish_in
@@ -348,10 +357,10 @@ class DecodeRun:
         self.columns_grown += 1
         cols = min(self.rows.capacity, 2 * self.emitted_by_step.shape[1])
         if self.accepted is not None:
-            self.accepted = widen(self.accepted, cols)
-        self.emitted_by_step = widen(self.emitted_by_step, cols)
-        self.decoding = widen(self.decoding, cols)
-        self.blocks_needed = widen(self.blocks_needed, cols)
+            self.accepted = widen_unset(self.accepted, cols)
+        self.emitted_by_step = widen_unset(self.emitted_by_step, cols)
+        self.decoding = widen_unset(self.decoding, cols)
+        self.blocks_needed = widen_unset(self.blocks_needed, cols)
         self.finish_step = widen(self.finish_step, cols, self.window)
         self.held_at_start = widen(self.held_at_start, cols)
 
@@ -458,12 +467,13 @@ class DecodeRun:
         snaps = [sn for sn in self._snaps if sn[0] < m]
         js = np.array([sn[0] for sn in snaps], dtype=np.int64)
         afters = np.array([self._state0, *(sn[2] for sn in snaps)], dtype=np.float64)
-        state = afters[np.searchsorted(js, self.run_steps[:m, 0], side="left")]
+        state = log[:, 4:8]
+        np.take(afters, np.searchsorted(js, self.run_steps[:m, 0], side="left"), axis=0,
+                out=state)
         if snaps:
             state[js] = [sn[1] for sn in snaps]
         state[:, 0] += np.add.reduce(self.blocks_needed[:m, :cols] * alive, axis=1)
         state[:, 1] += np.add.reduce(alive, axis=1)
-        log[:, 4:8] = state
         self.step_log.add_block(log)
 
 
@@ -474,5 +484,14 @@ def widen(arr: np.ndarray, cols: int, fill: int = 0) -> np.ndarray:
     out = np.empty(shape, dtype=arr.dtype) if fill else np.zeros(shape, dtype=arr.dtype)
     if fill:
         out.fill(fill)
+    out[..., : arr.shape[-1]] = arr
+    return out
+
+
+def widen_unset(arr: np.ndarray, cols: int) -> np.ndarray:
+    """``widen`` without filling: the columns past ``arr``'s are left unset (whatever the
+    allocator gives), for a caller that writes each column whole before reading it. It
+    spares zeroing (steps x join room) entries no row may ever take."""
+    out = np.empty((*arr.shape[:-1], cols), dtype=arr.dtype)
     out[..., : arr.shape[-1]] = arr
     return out

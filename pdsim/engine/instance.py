@@ -401,7 +401,7 @@ class Instance:
                 and run_may_be_taken(self.rows, bool(self.prefilling))):
             return None
         planned = plan_run_window(self.rows, self.layout, self.pool, self.max_run_steps,
-                                  self.run_steps)
+                                  self.run_steps, self.fresh_rows)
         if planned is None:
             return None
         run = DecodeRun(self, self.env, self.scheduler, self.step_model, self.steps,

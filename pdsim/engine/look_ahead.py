@@ -41,13 +41,18 @@ class Ahead(NamedTuple):
 
 
 def look_ahead(rows: DecodeRows, layout: KVLayout, count: int, steps: int,
-               step_index: np.ndarray) -> Ahead:
+               step_index: np.ndarray, fresh_rows: FreshRows | None = None) -> Ahead:
     """The next ``steps`` decode steps of rows ``0..count-1``, which may be looked ahead
-    (``DecodeRows.may_run``). ``step_index`` is the column 0, 1, 2, ..."""
+    (``DecodeRows.may_run``). ``step_index`` is the column 0, 1, 2, ... A lone row that
+    entered decode fresh is read from ``fresh_rows`` (``lone_fresh_row``)."""
     which = slice(0, count)
     draft = rows.draft
     n = draft.num_spec_tokens
     accepted: np.ndarray | None = None
+    if count == 1 and n and fresh_rows is not None:
+        lone = lone_fresh_row(rows, fresh_rows, steps, step_index)
+        if lone is not None:
+            return lone
     if n:
         has_stale = bool(np.logical_or.reduce(rows.stale_weight[which], axis=None))
         accepted = rows.sampler.draw_steps(
@@ -74,6 +79,42 @@ def look_ahead(rows: DecodeRows, layout: KVLayout, count: int, steps: int,
     np.maximum.accumulate(need, axis=0, out=need)
     return Ahead(accepted, terms.emitted_by_step.T, decoding, need, finish_step,
                  rows_decoding, context_sum, repair)
+
+
+def lone_fresh_row(rows: DecodeRows, fresh_rows: FreshRows, steps: int,
+                   step_index: np.ndarray) -> Ahead | None:
+    """``look_ahead`` of row 0 alone when it entered decode fresh (no verification yet, no
+    stale KV: ``FreshRows.look_ahead`` vouches for the rest), from the fresh-row table
+    instead of its own draws and kernel pass; None when it is not fresh. The same numbers
+    as ``look_ahead``'s, in its dtypes: the row's terms up to its finishing step, nothing
+    decoding after it and its blocks kept."""
+    if rows.drafts_before.item(0) + rows.drafts.item(0) or any(rows.stale_weight[0].tolist()):
+        return None
+    req = rows.request_of_row[0]
+    assert req is not None
+    multi = rows.draft.multi_module
+    repair_first = max(rows.rejected_last_step.item(0) - 1, 0) if multi else 0
+    row = fresh_rows.look_ahead(req.id, steps, rows.context_tokens.item(0),
+                                rows.target_tokens.item(0) - rows.output_tokens.item(0),
+                                rows.blocks_held.item(0), repair_first)
+    if row is None:
+        return None
+    assert row.accepted is not None
+    live = len(row.context_at_start)
+    decoding = step_index[:steps] < live
+    context_sum = np.zeros(steps, dtype=np.int64)
+    context_sum[:live] = row.context_at_start
+    repair = np.zeros(steps, dtype=np.int64)
+    repair[0] = repair_first
+    if row.repair_after is not None:
+        repair[1:live] = row.repair_after
+    need = np.empty((steps, 1), dtype=np.int64)
+    need[:live, 0] = row.blocks_needed
+    need[live:, 0] = row.blocks_needed.item(live - 1)
+    return Ahead(row.accepted.astype(np.int64)[:, None],
+                 row.emitted_by_step.astype(np.int64)[:, None], decoding, need,
+                 np.array([row.finish_step], dtype=np.int64), decoding[:, 0].astype(np.int64),
+                 context_sum, repair)
 
 
 class AheadRow(NamedTuple):

@@ -17,6 +17,7 @@ from pdsim.engine.look_ahead import Ahead, look_ahead
 if TYPE_CHECKING:
     from pdsim.engine.decode_rows import DecodeRows
     from pdsim.engine.kvcache import BlockPool
+    from pdsim.engine.look_ahead import FreshRows
     from pdsim.kv_layout import KVLayout
 
 
@@ -39,16 +40,18 @@ def run_may_be_taken(rows: DecodeRows, prefilling: bool) -> bool:
 
 
 def plan_run_window(rows: DecodeRows, layout: KVLayout, pool: BlockPool, window: int,
-                    step_index: np.ndarray) -> RunWindow | None:
+                    step_index: np.ndarray, fresh_rows: FreshRows | None = None
+                    ) -> RunWindow | None:
     """The steps of a decode run from here over at most ``window`` steps, or None when
     not even one step fits the free blocks.
 
     Call it only where ``run_may_be_taken`` and the scheduler would take a pure-decode
     step now (it has just planned one, or nothing waits). Never past the step in which
     the last row finishes (no empty steps) unless rows join; never past a block shortage.
+    A lone fresh row's look-ahead is read from ``fresh_rows``.
     """
     count = rows.count
-    ahead = look_ahead(rows, layout, count, window, step_index)
+    ahead = look_ahead(rows, layout, count, window, step_index, fresh_rows)
     max_steps = window
     limit = min(window, int(ahead.finish_step.max()) + 1)
     need_total = np.add.reduce(ahead.blocks_needed, axis=1)

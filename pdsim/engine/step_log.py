@@ -1,7 +1,8 @@
 """An instance's step log as the run writes it: rows in, columns grown in chunks.
 
 A step (or a decode run's block of steps) is written as rows of the eight doubles of
-``pdsim.facts.STEP_COLUMNS`` into a small buffer; every ``FLUSH_ROWS`` rows the buffer
+``pdsim.facts.STEP_COLUMNS`` into a small buffer (a decode run's block is kept as the
+array it came in, after the single rows before it); every ``FLUSH_ROWS`` rows the buffer
 goes into the columns the run keeps (``record_steps``), each a numpy array grown in place
 by chunks of half its size (at most ``MAX_CHUNK_ROWS``). ``columns()`` hands the arrays
 over as the facts the results read, without a copy.
@@ -72,13 +73,14 @@ class GrowingColumn:
 class StepLog:
     """One instance's per-step facts, written step by step or a block at a time."""
 
-    __slots__ = ("_buf", "_counts", "_ends", "_flushed", "_gap_start_s", "_gap_steps",
-                 "_last_end_s", "count", "mode")
+    __slots__ = ("_blocks", "_buf", "_counts", "_ends", "_flushed", "_gap_start_s",
+                 "_gap_steps", "_last_end_s", "count", "mode")
 
     def __init__(self, mode: StepMode) -> None:
         self.mode = mode
         self.count = 0  # steps written
-        self._buf = array("d")  # rows not yet in the columns
+        self._buf = array("d")  # single rows not yet in the columns, after ``_blocks``
+        self._blocks: list[np.ndarray] = []  # (rows x 8) blocks not yet in the columns
         self._flushed = 0
         self._ends = GrowingColumn(np.float64)
         # counts as 16-bit integers while they fit, 32-bit after
@@ -100,8 +102,12 @@ class StepLog:
             self._flush()
 
     def add_block(self, rows: np.ndarray) -> None:
-        """Consecutive steps' rows, a ``(steps, 8)`` array of doubles."""
-        self._buf.frombytes(np.ascontiguousarray(rows, dtype=np.float64).tobytes())
+        """Consecutive steps' rows, a ``(steps, 8)`` array of doubles, which the log keeps
+        until it flushes (the caller does not write it again): no copy into the buffer."""
+        if self._buf:  # the single rows before it go first
+            self._blocks.append(np.array(self._buf, dtype=np.float64).reshape(-1, WIDTH))
+            del self._buf[:]
+        self._blocks.append(rows)
         self.count += len(rows)
         if self.count - self._flushed >= FLUSH_ROWS:
             self._flush()
@@ -111,6 +117,9 @@ class StepLog:
             return
         rows = np.array(self._buf, dtype=np.float64).reshape(-1, WIDTH)
         del self._buf[:]
+        if self._blocks:
+            rows = np.concatenate([*self._blocks, rows], dtype=np.float64)
+            self._blocks.clear()
         end = rows[:, 1]
         gaps = start_gaps(rows[:, 0], end, self._last_end_s)
         if len(gaps):

@@ -12,7 +12,7 @@ from core_support import CONFIGS
 from test_core_runs import small_overrides
 
 from pdsim import Simulation, load_config
-from pdsim.engine.look_ahead import look_ahead_row
+from pdsim.engine.look_ahead import lone_fresh_row, look_ahead, look_ahead_row
 
 
 def _same_row(fast: Any, slow: Any) -> None:
@@ -57,3 +57,36 @@ def test_fresh_rows_equal_the_per_row_look_ahead(path: Path) -> None:
     sim.run()
     if cfg.speculative.num_speculative_tokens:
         assert checked["fresh"] > 0  # the table was used, not only its fallback
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: Path(p).stem)
+def test_lone_fresh_row_equals_the_general_look_ahead(path: Path) -> None:
+    """A decode run of one row that entered decode fresh reads its look-ahead from the
+    table (``lone_fresh_row``): on every shipped config, each request that enters decode
+    alone gets the same ``Ahead`` as the general look-ahead computes (values and dtypes,
+    over a short and a full window)."""
+    cfg = load_config(path, small_overrides(Path(path)))
+    checked = {"lone": 0}
+
+    def entering(inst: Any, req: Any) -> None:
+        table, rows = inst.fresh_rows, inst.rows
+        if table is None or rows.count != 1 or not rows.may_run(1):
+            return
+        for steps in (5, inst.max_run_steps):
+            lone = lone_fresh_row(rows, table, steps, inst.run_steps)
+            slow = look_ahead(rows, inst.layout, 1, steps, inst.run_steps)
+            fast = look_ahead(rows, inst.layout, 1, steps, inst.run_steps, table)
+            for name, want in slow._asdict().items():
+                got = getattr(fast, name)
+                if want is None:
+                    assert got is None
+                    continue
+                assert got.dtype == want.dtype and got.shape == want.shape, name
+                np.testing.assert_array_equal(got, want, err_msg=name)
+            checked["lone"] += lone is not None
+
+    sim = Simulation(cfg)
+    sim.hooks.decode_entered.append(entering)
+    sim.run()
+    if checked["lone"] == 0:  # (no drafter, or every lone row had stale KV or prior steps)
+        pytest.skip("no request entered decode alone and fresh on this config")
