@@ -112,6 +112,12 @@ the fixed-length requests arrive in bursts (they finish in adjacent decode steps
 grew by 1-8x the cost and the CI slice's TTFT error rose from 63.2% to 80.6% (fit) and
 54.2% to 94.4% (held-out): not applied (docs/validation-silicon.md, "Why TTFT is short")."""
 
+RESPONSE_RULES: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+"""Each backend's first-response rule (``router.response_rule``): the measured TTFT ends at
+the first streamed response the client receives, which arrives some output tokens after
+the engine's first token (pdsim.config_sections.RESPONSE_RULES, fitted on fit rows only;
+docs/validation-silicon.md, "Why TTFT is short")."""
+
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.8
 """``kv_cache_config.free_gpu_memory_fraction`` as AIConfigurator's generator writes it
 (``backend_templates/trtllm/extra_engine_args.yaml.j2``: ``default(0.80)``)."""
@@ -455,7 +461,8 @@ def build_config(plan: Plan) -> dict[str, Any]:
         "speculative": {"method": "none"},
         "step_time": root,
         "router": {"policy": "round_robin",
-                   "frontend_latency_s": FRONTEND_LATENCY_S.get(plan.backend, 0.0)},
+                   "frontend_latency_s": FRONTEND_LATENCY_S.get(plan.backend, 0.0),
+                   "response_rule": RESPONSE_RULES.get(plan.backend, "pdsim")},
         "cluster": cluster,
         "workload": {"num_requests": n,
                      "arrivals": {"kind": "closed_loop", "concurrency": c},

@@ -200,6 +200,36 @@ def test_frontend_fit_is_the_low_concurrency_median_of_fit_rows() -> None:
     assert G.fit_frontend_latency(scores) == {"vllm": (pytest.approx(0.060), 3)}
 
 
+def test_response_rule_follows_the_backend() -> None:
+    """Each backend's rows end TTFT at its serving stack's first response
+    (router.response_rule); the rule's delay is the fitted table's."""
+    from pdsim.config_sections import RESPONSE_RULES
+    for backend in ("trtllm", "vllm", "sglang"):
+        cfg = pdsim.load_config(S.build_config(S.plan_row(_row(backend=backend))))
+        assert cfg.router.response_rule == backend
+        assert cfg.router.first_response_tokens == RESPONSE_RULES[backend] > 0
+
+
+def test_first_response_fit_minimises_fit_rows_mean_error() -> None:
+    """The fitted delay (output tokens at the row's own inter-token time) is the one that
+    brings fit rows closest; held-out rows and preempting rows do not count."""
+    from validation import silicon_gap as G
+    base = {"error": "", "preemptions": 0, "partition": "vllm agg h200_sxm", "osl": 100}
+    scores = [{**base, "split": "fit", "pdsim_ttft_ms": t, "pdsim_tpot_ms": 10.0,
+               "measured_ttft_ms": t + 40.0} for t in (20.0, 50.0, 80.0)]
+    scores.append({**base, "split": "held-out", "pdsim_ttft_ms": 20.0,
+                   "pdsim_tpot_ms": 10.0, "measured_ttft_ms": 5000.0})
+    scores.append({**base, "split": "fit", "preemptions": 3, "pdsim_ttft_ms": 20.0,
+                   "pdsim_tpot_ms": 10.0, "measured_ttft_ms": 5000.0})
+    ((backend, (tokens, n, before, after)),) = G.fit_first_response(scores).items()
+    assert (backend, tokens, n) == ("vllm", 4, 3)
+    assert after == pytest.approx(0.0, abs=1e-9)
+    assert before > 10.0
+    # never past the last token
+    assert G.response_ttft_ms({**base, "pdsim_ttft_ms": 20.0, "pdsim_tpot_ms": 10.0},
+                              500) == pytest.approx(20.0 + 99 * 10.0)
+
+
 def test_gap_analysis_reads_fit_rows_only() -> None:
     from validation import silicon_gap as G
     fields = {}
