@@ -2,6 +2,7 @@
 
     python -m validation.silicon --sample 0 --json scores.json   # every expressible row
     python -m validation.silicon_gap scores.json
+    python -m validation.silicon_gap --fit-response 400   # each backend's first-response delay
 
 Only fit rows are read (held-out rows are never used to choose anything); rows that preempt
 or did not finish are left out. Two questions, from the rows themselves:
@@ -13,6 +14,11 @@ or did not finish are left out. Two questions, from the rows themselves:
    (every column but the concurrency equal, same benchmark dump), the exponent b of
    TTFT ~ C^b, measured and pdsim's: waves (every round a burst of C prompts) give b near
    1 at high C, a constant overhead b near 0.
+
+``--fit-response N`` scores the fit rows of the suite's stratified sample of N rows with no
+first-response delay and fits, per backend, the output tokens after the engine's first
+token at which the client's first response arrives (``router.response_rule``; pdsim.config_sections
+.RESPONSE_RULES holds the fitted values).
 """
 
 from __future__ import annotations
@@ -141,17 +147,15 @@ def fit_first_response(scores: list[dict[str, Any]]
 
 
 def score_fit_rows_without_response_delay(sample: int) -> list[dict[str, Any]]:
-    """Score a stratified sample of ``sample`` expressible fit rows (the suite's
-    ``stratified_sample``) with no first-response delay (the rows
-    ``fit_first_response`` reads)."""
+    """Score the fit rows of the suite's stratified sample of ``sample`` expressible rows
+    (``python -m validation.silicon --sample N`` draws the same rows; held-out rows are
+    not simulated) with no first-response delay: the rows ``fit_first_response`` reads."""
     from dataclasses import asdict
 
     from validation import silicon as S
 
     rows = []
     for row in S.load_sample():
-        if row.split != "fit":
-            continue
         try:
             S.plan_row(row)
         except S.NotExpressible:
@@ -162,6 +166,8 @@ def score_fit_rows_without_response_delay(sample: int) -> list[dict[str, Any]]:
     S.RESPONSE_RULES.clear()
     try:
         for row in S.stratified_sample(rows, sample):
+            if row.split != "fit":
+                continue
             try:
                 out.append(asdict(S.score_row(row)))
             except S.NotExpressible:
@@ -206,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="score the fit rows at C <= 8 without a frontend latency and print "
                          "each backend's fitted frontend_latency_s")
     ap.add_argument("--fit-response", type=int, metavar="N",
-                    help="score a stratified sample of N fit rows without a first-response "
-                         "delay and print each backend's fitted first_response_delay_tokens")
+                    help="score the fit rows of the suite's stratified sample of N rows "
+                         "without a first-response delay and print each backend's fitted "
+                         "first_response_delay_tokens")
     args = ap.parse_args(argv)
     if args.fit_response is not None:
         if args.fit_response <= 0:
