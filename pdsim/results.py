@@ -171,7 +171,7 @@ def first_response_s(first_token_s: np.ndarray, finish_s: np.ndarray,
         return first_token_s
     with np.errstate(divide="ignore", invalid="ignore"):
         per_token = (finish_s - first_token_s) / (output_tokens - 1)
-    later = np.minimum(delay_tokens, output_tokens - 1) * per_token
+        later = np.minimum(delay_tokens, output_tokens - 1) * per_token
     return np.where((output_tokens > 1) & np.isfinite(later), first_token_s + later,
                     first_token_s)
 

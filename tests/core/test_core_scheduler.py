@@ -335,3 +335,23 @@ def test_first_response_rule_defaults() -> None:
         assert RouterConfig(response_rule=rule).first_response_tokens == tokens  # type: ignore[arg-type]
         assert RouterConfig(response_rule=rule,  # type: ignore[arg-type]
                             first_response_delay_tokens=2).first_response_tokens == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 50), st.integers(1, 300)),
+                min_size=1, max_size=20),
+       st.integers(0, 400), st.integers(0, 400))
+def test_first_response_lies_between_first_token_and_finish(
+        reqs: list[tuple[float, float, int]], k1: int, k2: int) -> None:
+    """Whatever the delay, the first response is no earlier than the engine's first token
+    and no later than the last; a longer delay never brings it earlier; a request that
+    did not finish keeps its engine first token."""
+    from pdsim.results import first_response_s
+    first = np.array([f for f, _, _ in reqs])
+    finish = first + np.array([d for _, d, _ in reqs])
+    out = np.array([n for _, _, n in reqs])
+    lo, hi = sorted((k1, k2))
+    a, b = (first_response_s(first, finish, out, k) for k in (lo, hi))
+    assert (first <= a).all() and (a <= b).all() and (b <= finish + 1e-9 * (1 + finish)).all()
+    unfinished = first_response_s(first, np.full_like(first, np.nan), out, hi)
+    assert (unfinished == first).all()
