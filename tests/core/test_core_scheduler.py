@@ -355,3 +355,10 @@ def test_first_response_lies_between_first_token_and_finish(
     assert (first <= a).all() and (a <= b).all() and (b <= finish + 1e-9 * (1 + finish)).all()
     unfinished = first_response_s(first, np.full_like(first, np.nan), out, hi)
     assert (unfinished == first).all()
+
+
+def test_show_config_names_the_first_response_delay_only_when_set() -> None:
+    from pdsim.loader import derived_values
+    assert "router.first_response_tokens" not in derived_values(make_config(method="none"))
+    cfg = make_config("router.response_rule=trtllm", method="none")
+    assert derived_values(cfg)["router.first_response_tokens"] == RESPONSE_RULES["trtllm"]
