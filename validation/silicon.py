@@ -87,7 +87,50 @@ AIPERF_ROUNDS = 20
 """aiperf's profiling phase: 20 x C requests (AIConfigurator's BENCH_MULTI_ROUND)."""
 MIN_MEASURED_ROUNDS = 2
 OUTPUT_TOKEN_BUDGET = 2_000_000
-"""Output tokens per row above which fewer than 20 rounds are simulated."""
+"""Output tokens per row above which fewer rounds than the protocol's are simulated."""
+
+
+@dataclass(frozen=True)
+class BenchmarkProtocol:
+    """A benchmark client's measured phase, as pdsim mirrors it: ``rounds`` x C requests in
+    a closed loop at C from an idle server (the warm-up, ``warmup_rounds`` x C requests,
+    drains before it and is not simulated), and lengths fixed or uniform in
+    ``[int(range_ratio x L), L]``. TTFT and TPOT are the plain means over the measured
+    requests of each request's TTFT and ``(latency - TTFT) / (output tokens - 1)``."""
+
+    name: str
+    rounds: int
+    warmup_rounds: int
+    range_ratio: float | None
+    """``None``: every request has exactly ISL/OSL tokens."""
+
+
+PROTOCOLS: dict[str, BenchmarkProtocol] = {
+    "aiperf": BenchmarkProtocol("aiperf", AIPERF_ROUNDS, 2, None),
+    "inferencemax": BenchmarkProtocol("inferencemax", 10, 2, 0.8),
+}
+"""``aiperf``: AIConfigurator's generated benchmark (``bench_run.sh.j2``: ``aiperf profile
+--num-requests 20C --warmup-request-count 2C``, fixed ISL/OSL). ``inferencemax``:
+SemiAnalysis InferenceMAX's client (``benchmarks/benchmark_lib.sh`` run_benchmark_serving:
+``utils/bench_serving/benchmark_serving.py --num-prompts 10C --max-concurrency C
+--request-rate inf --num-warmups 2C --random-range-ratio 0.8 --ignore-eos``; its
+``sample_random_requests`` draws input and output lengths as
+``np.random.randint(int(L * ratio), L + 1)``; the warm-up requests are awaited before the
+measured run starts); srt-slurm's ``sa-bench`` runs the same client for the multi-node
+disaggregated recipes with the same multipliers (``DEFAULT_NUM_PROMPTS_MULT = 10``,
+``DEFAULT_NUM_WARMUP_MULT = 2``, ``DEFAULT_RANDOM_RANGE_RATIO = 0.8``;
+docs/validation-silicon.md, "How a row is run")."""
+
+_INFERENCEMAX_SOURCE = re.compile(
+    r"db-dump/\d{4}-\d{2}-\d{2};|source_file=\d{4}-\d{2}-\d{2}\.csv;")
+
+
+def row_protocol(row: SiliconRow) -> str:
+    """The benchmark protocol a row was measured with, from its ``silicon_data_source``:
+    the dated InferenceMAX dumps (``source_file=YYYY-MM-DD.csv``, ``db-dump/YYYY-MM-DD``)
+    ran InferenceMAX's client; every other row AIConfigurator's aiperf template."""
+    src = row.fields["silicon_data_source"]
+    return "inferencemax" if _INFERENCEMAX_SOURCE.match(src) else "aiperf"
 
 MAX_BATCH_PER_RANK = 4096
 
@@ -264,6 +307,7 @@ class Plan:
     roles: dict[str, Layout] = field(default_factory=dict)
     backend: str = ""
     kv_dtype: str = "bf16"
+    protocol: str = "aiperf"
 
 
 def _dtype(quant: str, precision: str, default: str) -> str:
@@ -323,7 +367,8 @@ def plan_row(row: SiliconRow) -> Plan:
                                  f"{model}: {heads} heads, tp {lay.tp}")
     kv = "fp8" if wd in FP8_KV_PRECISIONS else "bf16"
     plan = Plan(row.id, model, hardware, wd, ed, f["mode"], c, int(f["isl"]), int(f["osl"]),
-                BLOCK_TOKENS.get(f["backend"], 16), roles, f["backend"], kv)
+                BLOCK_TOKENS.get(f["backend"], 16), roles, f["backend"], kv,
+                row_protocol(row))
     for lay in roles.values():
         if not _weights_fit(plan, lay):
             raise NotExpressible(NO_FIT_REASON, f"{plan.backend} on {plan.hardware}")
@@ -353,10 +398,12 @@ def _weights_fit(plan: Plan, lay: Layout) -> bool:
 
 
 def measured_rounds(plan: Plan) -> int:
-    """Rounds of C requests simulated: aiperf's 20 when the run stays within the output-token
-    budget, else as many as fit, at least 2 (the burst and one more)."""
+    """Rounds of C requests simulated: the protocol's (aiperf 20, InferenceMAX 10) when the
+    run stays within the output-token budget, else as many as fit, at least 2 (the burst
+    and one more)."""
     by_budget = OUTPUT_TOKEN_BUDGET // max(1, plan.concurrency * plan.osl)
-    return int(min(AIPERF_ROUNDS, max(MIN_MEASURED_ROUNDS, by_budget)))
+    rounds = PROTOCOLS[plan.protocol].rounds
+    return int(min(rounds, max(MIN_MEASURED_ROUNDS, by_budget)))
 
 
 def cost(plan: Plan) -> int:
@@ -364,14 +411,24 @@ def cost(plan: Plan) -> int:
     return measured_rounds(plan) * plan.concurrency * plan.osl
 
 
-def aiperf_mean(values: np.ndarray, concurrency: int) -> float:
-    """The mean over a 20-round profiling phase from ``values`` in request order: the first
-    round (the burst of C requests on an idle server) weighs 1/20, the later rounds 19/20
-    (with 20 rounds simulated this is the plain mean)."""
+def aiperf_mean(values: np.ndarray, concurrency: int, rounds: int = AIPERF_ROUNDS) -> float:
+    """The mean over a measured phase of ``rounds`` rounds from ``values`` in request
+    order: the first round (the burst of C requests on an idle server) weighs 1/rounds,
+    the later rounds the rest (with all rounds simulated this is the plain mean)."""
     first, rest = values[:concurrency], values[concurrency:]
     if not len(rest):
         return float(np.mean(first))
-    return float((np.mean(first) + (AIPERF_ROUNDS - 1) * np.mean(rest)) / AIPERF_ROUNDS)
+    return float((np.mean(first) + (rounds - 1) * np.mean(rest)) / rounds)
+
+
+def _lengths(tokens: int, protocol: BenchmarkProtocol) -> dict[str, Any]:
+    """A length distribution of the protocol: fixed, or integers uniform in
+    ``[int(ratio x tokens), tokens]`` (bench_serving's ``np.random.randint(int(L * ratio),
+    L + 1)``) as one histogram bin."""
+    if protocol.range_ratio is None:
+        return {"kind": "fixed", "tokens": tokens}
+    low = max(1, int(tokens * protocol.range_ratio))
+    return {"kind": "empirical", "bin_edges": [low, tokens + 1], "weights": [1.0]}
 
 
 def _round_up(n: int, k: int) -> int:
@@ -442,7 +499,8 @@ def _no_evict_seqs(plan: Plan, role: str, st: dict[str, Any], sched: dict[str, A
 
 
 def build_config(plan: Plan) -> dict[str, Any]:
-    """The pdsim config mapping of a plan (closed loop at C, fixed ISL/OSL, no speculation)."""
+    """The pdsim config mapping of a plan (closed loop at C, the protocol's request count and
+    lengths, no speculation)."""
     c = plan.concurrency
     n = measured_rounds(plan) * c
     if plan.mode == "agg":
@@ -466,8 +524,8 @@ def build_config(plan: Plan) -> dict[str, Any]:
         "cluster": cluster,
         "workload": {"num_requests": n,
                      "arrivals": {"kind": "closed_loop", "concurrency": c},
-                     "prompt_tokens": {"kind": "fixed", "tokens": plan.isl},
-                     "output_tokens": {"kind": "fixed", "tokens": plan.osl}},
+                     "prompt_tokens": _lengths(plan.isl, PROTOCOLS[plan.protocol]),
+                     "output_tokens": _lengths(plan.osl, PROTOCOLS[plan.protocol])},
     }
 
 
@@ -533,8 +591,9 @@ def score_row(row: SiliconRow) -> Score:
     err = "" if finished.all() else f"{int((~finished).sum())} requests did not finish"
     ttft = np.asarray(cols["ttft_s"], dtype=float)[order]
     tpot = np.asarray(cols["tpot_s"], dtype=float)[order]
-    p_ttft = aiperf_mean(ttft, plan.concurrency) * 1e3 if finished.all() else math.nan
-    p_tpot = aiperf_mean(tpot, plan.concurrency) * 1e3 if finished.all() else math.nan
+    rounds = PROTOCOLS[plan.protocol].rounds
+    p_ttft = aiperf_mean(ttft, plan.concurrency, rounds) * 1e3 if finished.all() else math.nan
+    p_tpot = aiperf_mean(tpot, plan.concurrency, rounds) * 1e3 if finished.all() else math.nan
     preemptions = int(res.summary["preemptions"])
     likely = (plan.model in MTP_PROFILES and preemptions == 0 and math.isfinite(p_tpot)
               and p_tpot > LIKELY_MTP_RATIO * row.tpot_ms)

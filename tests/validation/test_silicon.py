@@ -146,6 +146,39 @@ def test_config_mirrors_the_protocol() -> None:
     assert S.measured_rounds(big) == 2
 
 
+def test_protocol_follows_the_rows_source(sample: list[S.SiliconRow]) -> None:
+    dated = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=64; wip=False"
+    dump = "db-dump/2026-04-27; config_id=759; silicon_concurrency=64; workflow_run_id=778"
+    aic = ("source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/"
+           "meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=64")
+    assert S.row_protocol(_row(silicon_data_source=dated)) == "inferencemax"
+    assert S.row_protocol(_row(silicon_data_source=dump)) == "inferencemax"
+    assert S.row_protocol(_row(silicon_data_source=aic)) == "aiperf"
+    assert S.row_protocol(_row(silicon_data_source="x; silicon_concurrency=64")) == "aiperf"
+    # the dated dumps and the db-dump: 1,353 + 2,015 + 882 rows of the 5,221
+    counts = Counter(S.row_protocol(r) for r in sample)
+    assert counts == {"inferencemax": 4250, "aiperf": 971}
+
+
+def test_inferencemax_rows_run_ten_rounds_of_ranged_lengths() -> None:
+    dated = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=64; wip=False"
+    plan = S.plan_row(_row(silicon_data_source=dated))
+    assert plan.protocol == "inferencemax"
+    assert S.measured_rounds(plan) == 10
+    cfg = pdsim.load_config(S.build_config(plan))
+    assert cfg.workload.num_requests == 10 * 64
+    # bench_serving's np.random.randint(int(L * 0.8), L + 1): [819, 1024] for L = 1024
+    assert cfg.workload.prompt_tokens.bin_edges == (819, 1025)  # type: ignore[union-attr]
+    assert cfg.workload.output_tokens.bin_edges == (819, 1025)  # type: ignore[union-attr]
+    res = pdsim.simulate(cfg.model_copy(update={"workload": cfg.workload.model_copy(
+        update={"num_requests": 64})}))
+    import numpy as np
+    cols = res.records.columns  # type: ignore[union-attr]
+    for name in ("prompt_tokens", "output_tokens"):
+        n = np.asarray(cols[name])
+        assert n.min() >= 819 and n.max() <= 1024 and len(set(n.tolist())) > 10
+
+
 def test_memory_rule_kv_dtype_and_admission_follow_the_backend() -> None:
     # TensorRT-LLM: free_gpu_memory_fraction 0.8 as AIC's generator writes it, an fp8 KV
     # cache for an fp8 deployment (AIC's fp8 quant profile), and no-evict admission
@@ -276,6 +309,8 @@ def test_aiperf_mean_weighs_the_burst_as_one_round_in_twenty() -> None:
     assert S.aiperf_mean(values, 2) == pytest.approx((10.0 + 19 * 1.0) / 20)
     twenty = np.repeat(np.arange(20.0), 3)
     assert S.aiperf_mean(twenty, 3) == pytest.approx(twenty.mean())
+    # InferenceMAX's 10 rounds: the burst weighs 1/10
+    assert S.aiperf_mean(values, 2, 10) == pytest.approx((10.0 + 9 * 1.0) / 10)
 
 
 def test_stratified_sample_is_fixed_and_covers_every_stratum(
