@@ -6,20 +6,18 @@ express becomes a pdsim config that mirrors the benchmark protocol; the rest are
 with the reason. Errors are absolute percentage errors of the mean TTFT and mean TPOT,
 reported per partition (backend x mode x system) for fit and held-out rows apart.
 
-The protocol mirrored (AIConfigurator's generated benchmark,
-``src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2`` at
-commit 095f58a): ``aiperf profile --concurrency C --num-requests 20C
---warmup-request-count 2C --isl ISL --osl OSL`` with ``ignore_eos`` and streaming. aiperf
-runs the warm-up as its own phase and waits for its requests to return before the
-profiling phase starts (``aiperf/timing/credit_issuing_strategy.py``,
-``_execute_phases``), so the measured phase starts from an idle server with a burst of C
-requests and ends with the last ones draining. aiperf's TTFT is from sending a request to
-its first streamed token, so at high concurrency it includes the time the request waits
-in the server (queueing, the other prompts it is batched with, P/D transfer); its TPOT
-(inter-token latency) is ``(latency - TTFT) / (output tokens - 1)`` per request. pdsim has
-no cold-start effects to warm up, so it runs the profiling phase alone: a closed loop at
-C with fixed lengths from an idle cluster, ``R x C`` requests (R = 20 when cheap, at
-least 2), and weights the first round (the burst) and the rest as 20 rounds would.
+The protocol mirrored is chosen per row from its source (``row_protocol``): the dated
+InferenceMAX dumps ran SemiAnalysis InferenceMAX's client (bench_serving's
+``benchmark_serving.py``: 10C prompts at max concurrency C, 2C warm-up requests awaited
+first, input and output lengths uniform in ``[int(0.8 L), L]``), AIConfigurator's own runs
+its aiperf template (``aiperf profile --concurrency C --num-requests 20C
+--warmup-request-count 2C`` with fixed ISL/OSL). Both stream, ignore EOS, and report the
+mean TTFT (from sending a request to its first streamed token, so at high concurrency it
+includes queueing, the prompts batched with it and the P/D transfer) and the mean over
+requests of ``(latency - TTFT) / (output tokens - 1)``. pdsim has no cold-start effects
+to warm up, so it runs the measured phase alone: a closed loop at C from an idle cluster,
+``R x C`` requests (R the protocol's rounds when cheap, at least 2), weighting the first
+round (the burst) as the full run would (docs/validation-silicon.md, "How a row is run").
 """
 
 from __future__ import annotations
@@ -914,24 +912,57 @@ def render(out: Outcome, meta: Meta) -> str:
     add("")
     add("## How a row is run")
     add("")
-    add("- **Protocol** (mirrored from AIConfigurator's generated benchmark, "
-        "`backend_templates/benchmark/bench_run.sh.j2`): aiperf in a closed loop at the row's "
-        "concurrency C (`silicon_concurrency` in `silicon_data_source`; `batch_size` is per "
-        "attention-DP rank where the two differ), `--num-requests 20C "
-        "--warmup-request-count 2C`, fixed ISL/OSL with `ignore_eos`, streaming. aiperf "
-        "waits for the warm-up requests to return before its profiling phase starts "
-        "(`aiperf/timing/credit_issuing_strategy.py`), so the measured phase starts from an "
-        "idle server with a burst of C requests. aiperf's TTFT runs from sending the "
-        "request to its first token, so at high concurrency it includes server-side "
-        "queueing, the prompts batched with it and (disagg) the KV transfer; TPOT is "
-        "(latency - TTFT) / (OSL - 1) per request; both are means over the phase. pdsim has "
-        "no cold-start effects to warm up, so it runs the profiling phase alone: a closed "
-        "loop at C from an idle cluster, 20 rounds of C requests unless C x OSL x 20 would "
-        f"pass {OUTPUT_TOKEN_BUDGET:,} output tokens, then as many rounds as fit, at least "
-        f"{MIN_MEASURED_ROUNDS}; the first round (the burst) weighs 1/20 and the others "
-        "19/20, as in 20 rounds. The rows do not say which benchmark produced them beyond "
-        "source file, image and concurrency; the older `source_file=` dumps may have used "
-        "another request count, which changes how much the burst weighs.")
+    add("- **Protocol, per row from its source** (`PROTOCOLS`, `row_protocol`). Two "
+        "harnesses produced the rows; each row runs as its harness ran it. The row's "
+        "concurrency C is `silicon_concurrency` in `silicon_data_source` (`batch_size` is "
+        "per attention-DP rank where the two differ).")
+    add("  - `inferencemax` (4,250 rows: `source_file=2026-03-25.csv`, "
+        "`source_file=2026-04-06.csv`, `db-dump/2026-04-27`): SemiAnalysis InferenceMAX's "
+        "public benchmark runs. The sample does not name the harness; the evidence is its "
+        "ISL/OSL grid (1024/1024, 1024/8192, 8192/1024), its images (`lmsysorg/sglang`, "
+        "`vllm/vllm-openai`, the Dynamo TensorRT-LLM runtimes), its model prefixes in the "
+        "ids (`dsr1_`, `minimaxm2_5_`, `qwen3_5_`), GitHub Actions `workflow_run_id`s in "
+        "the db-dump, and disagg concurrencies no other grid has (1214, 1365, 1606, 1691, "
+        "2192, 2222, 10860: the srt-slurm recipes of InferenceMAX's "
+        "`.github/configs/nvidia-master.yaml`). Its client, `benchmarks/benchmark_lib.sh` "
+        "`run_benchmark_serving`, runs `utils/bench_serving/benchmark_serving.py` (kimbochen/"
+        "bench_serving, a fork of vLLM's benchmark_serving.py) with `--dataset-name random "
+        "--num-prompts 10C --max-concurrency C --request-rate inf --ignore-eos "
+        "--num-warmups 2C --random-range-ratio 0.8`; the multi-node disagg recipes run the "
+        "same client through srt-slurm's `sa-bench` with the same defaults "
+        "(`src/srtctl/benchmarks/sa_bench.py`: `DEFAULT_NUM_PROMPTS_MULT = 10`, "
+        "`DEFAULT_NUM_WARMUP_MULT = 2`, `DEFAULT_RANDOM_RANGE_RATIO = 0.8`). Its "
+        "`sample_random_requests` draws every input and output length as "
+        "`np.random.randint(int(L * ratio), L + 1)`, integers uniform in [int(0.8 L), L] "
+        "(mean 0.9 L; not the centred [L(1 - r), L(1 + r)] of later vLLM), and "
+        "`--ignore-eos` makes each output exactly its drawn length. The warm-up sends 2C "
+        "copies of the first prompt through the same concurrency limit and awaits them all "
+        "before the measured run. TTFT runs from sending to the first streamed chunk; "
+        "`mean_ttft_ms` is the plain mean over requests and `mean_tpot_ms` the plain mean "
+        "of each request's (latency - TTFT) / (output tokens - 1), not weighted by tokens "
+        "(`calculate_metrics`). pdsim runs 10 rounds of C requests with lengths uniform in "
+        "[int(0.8 L), L] (an `empirical` length of one bin) and takes the same means.")
+    add("  - `aiperf` (971 rows: AIConfigurator's own gap-analysis runs, "
+        "`source_file=.../aic-auto-gap-analysis/...`, `kimi-k2.5-gap-analysis.csv`, "
+        "`qwen3.5-397b-gap-analysis.csv`): AIConfigurator's generated benchmark "
+        "(`backend_templates/benchmark/bench_run.sh.j2`), aiperf in a closed loop at C, "
+        "`--num-requests 20C --warmup-request-count 2C`, fixed ISL/OSL with `ignore_eos`, "
+        "streaming. aiperf waits for the warm-up requests to return before its profiling "
+        "phase starts (`aiperf/timing/credit_issuing_strategy.py`); its TTFT runs from "
+        "sending the request to its first token and its TPOT is (latency - TTFT) / "
+        "(OSL - 1) per request, both means over the phase. pdsim runs 20 rounds of C "
+        "requests of fixed lengths.")
+    add("  - Both: the measured phase starts from an idle server with a burst of C requests "
+        "and TTFT includes server-side queueing, the prompts batched with it and (disagg) "
+        "the KV transfer. pdsim has no cold-start effects to warm up, so it runs the "
+        "measured phase alone, from an idle cluster; where C x OSL x rounds would pass "
+        f"{OUTPUT_TOKEN_BUDGET:,} output tokens it runs as many rounds as fit, at least "
+        f"{MIN_MEASURED_ROUNDS}, and weighs the first round (the burst) 1/rounds as the "
+        "full run would. Not mirrored: the InferenceMAX recipes' own server settings "
+        "(e.g. TensorRT-LLM `max_num_tokens` C + ISL + 64 rounded to 64, CUDA-graph batch "
+        "sizes; the suite keeps AIConfigurator's generator limits) and `--use-chat-template` "
+        "on some recipes (the template's tokens are taken off the drawn input, so the "
+        "prompt length is unchanged).")
     add("- **Deployment**: one agg instance type (`count` = attention-DP ranks, each TP "
         "`tp_size`, experts over `moe_ep_size` GPUs), or P and D pools of "
         "`num_workers x attention_dp` instances each; `model` and `hardware` from the shipped "
