@@ -871,7 +871,8 @@ TTFT_GAP_SECTION = "\n".join((
      "aiperf's 20 rounds of fixed lengths; the suite now runs these rows so (\"How a "
      "row is run\"), which on the same 127-row sample moved the TTFT mean error from "
      "82.5% to 73.4% (fit) and 51.3% to 44.7% (held-out) and the TPOT mean by under 1 "
-     "point."),
+     "point; with vLLM's delay re-fitted under it (5), TTFT 71.6% and 43.6%, median "
+     "33.7% to 29.7% and 40.6% to 36.5%."),
     ("- **SGLang's waves.** SGLang's default scheduler runs a prefill batch alone while "
      "prompts wait (no mixed chunk), which keeps a closed loop of fixed-length requests "
      "in waves; pdsim models it as `scheduler.prefill_policy: prefill_first`. On 65 fit "
@@ -948,7 +949,12 @@ def render(out: Outcome, meta: Meta) -> str:
         "`mean_ttft_ms` is the plain mean over requests and `mean_tpot_ms` the plain mean "
         "of each request's (latency - TTFT) / (output tokens - 1), not weighted by tokens "
         "(`calculate_metrics`). pdsim runs 10 rounds of C requests with lengths uniform in "
-        "[int(0.8 L), L] (an `empirical` length of one bin) and takes the same means.")
+        "[int(0.8 L), L] (an `empirical` length of one bin) and takes the same means. "
+        "InferenceMAX's results keep the mean, median and p99 of each metric "
+        "(`utils/process_result.py`); the sample holds one value and does not say which, "
+        "so the suite compares means. Its master config runs DeepSeek-R1 recipes both "
+        "with and without `spec-decoding: mtp` (e.g. `dsr1-fp8-b200-dynamo-trt`), so "
+        "some of these rows ran MTP (\"MTP\" below).")
     add("  - `aiperf` (971 rows: AIConfigurator's own gap-analysis runs, "
         "`source_file=.../aic-auto-gap-analysis/...`, `kimi-k2.5-gap-analysis.csv`, "
         "`qwen3.5-397b-gap-analysis.csv`): AIConfigurator's generated benchmark "
