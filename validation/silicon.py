@@ -116,8 +116,9 @@ SemiAnalysis InferenceMAX's client (``benchmarks/benchmark_lib.sh`` run_benchmar
 ``np.random.randint(int(L * ratio), L + 1)``; the warm-up requests are awaited before the
 measured run starts); srt-slurm's ``sa-bench`` runs the same client for the multi-node
 disaggregated recipes with the same multipliers (``DEFAULT_NUM_PROMPTS_MULT = 10``,
-``DEFAULT_NUM_WARMUP_MULT = 2``, ``DEFAULT_RANDOM_RANGE_RATIO = 0.8``;
-docs/validation-silicon.md, "How a row is run")."""
+``DEFAULT_NUM_WARMUP_MULT = 2``, ``DEFAULT_RANDOM_RANGE_RATIO = 0.8``; read in public
+forks, docs/step-time.md "The first response"; docs/validation-silicon.md, "How a row is
+run")."""
 
 _INFERENCEMAX_SOURCE = re.compile(
     r"db-dump/\d{4}-\d{2}-\d{2};|source_file=\d{4}-\d{2}-\d{2}\.csv;")
