@@ -388,6 +388,15 @@ class CacheAwareRouting(StrictModel):
     instance is picked, whatever the caches hold."""
 
 
+ResponseRule = Literal["pdsim", "vllm", "sglang", "trtllm"]
+RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 5, "sglang": 26, "trtllm": 11}
+"""Per serving stack, the output tokens after the engine's first token at which a
+streaming client receives its first response: none for pdsim; for vLLM, SGLang and
+TensorRT-LLM fitted to the fit rows of AIConfigurator's silicon sample (the measured TTFT
+less pdsim's, in units of the request's own inter-token time; docs/step-time.md, "The
+first response")."""
+
+
 class RouterConfig(StrictModel):
     """The proxy's policy for picking instances (a registered policy name).
 
@@ -407,6 +416,23 @@ class RouterConfig(StrictModel):
     frontend_latency_s: Annotated[NonNegFloat, seconds_bound()] = 0.0
     """Seconds from a request's arrival to its dispatch to an instance (HTTP, tokenization,
     the serving frontend); TTFT and end-to-end latency include it, TPOT does not."""
+    response_rule: ResponseRule = "pdsim"
+    """The serving stack whose first streamed response the client's TTFT ends at
+    (``RESPONSE_RULES``): pdsim (the engine's first token), vllm, sglang or trtllm (the
+    first response arrives that many output tokens after the engine's first token, fitted
+    to the silicon sample's fit rows; docs/step-time.md, "The first response")."""
+    first_response_delay_tokens: NonNegInt | None = None
+    """Output tokens after the engine's first token at which the client receives its first
+    streamed response (null: the response rule's); TTFT ends there and TPOT is
+    (end-to-end - TTFT) / (output tokens - 1), as the benchmarks compute them."""
+
+    @property
+    def first_response_tokens(self) -> int:
+        """The first response's delay in output tokens: the explicit value, else the
+        response rule's."""
+        if self.first_response_delay_tokens is not None:
+            return self.first_response_delay_tokens
+        return RESPONSE_RULES[self.response_rule]
 
 
 class SLOConfig(StrictModel):

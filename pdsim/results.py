@@ -161,6 +161,21 @@ class RunFacts:
     done: bool
 
 
+def first_response_s(first_token_s: np.ndarray, finish_s: np.ndarray,
+                     output_tokens: np.ndarray, delay_tokens: int) -> np.ndarray:
+    """When each request's first streamed response reaches the client: ``delay_tokens``
+    output tokens after the engine's first token (``router.first_response_tokens``), at
+    the request's own mean inter-token time, and never after its last token; the engine's
+    first token itself when the delay is 0 or the request did not finish."""
+    if not delay_tokens:
+        return first_token_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_token = (finish_s - first_token_s) / (output_tokens - 1)
+        later = np.minimum(delay_tokens, output_tokens - 1) * per_token
+    return np.where((output_tokens > 1) & np.isfinite(later), first_token_s + later,
+                    first_token_s)
+
+
 def results_from(facts: RunFacts) -> Results:
     """The ``Results`` of a finished (or interrupted) simulation, from its facts."""
     snapshots = facts.snapshots
@@ -186,8 +201,9 @@ def results_from(facts: RunFacts) -> Results:
     first = columns["first_token_s"]
     finish = columns["finish_s"]
     out_tok = columns["output_tokens"]
-    ttft = first - arrival
     e2e = np.where(finished, finish - arrival, NAN)
+    ttft = first_response_s(first, finish, out_tok, facts.config.router.first_response_tokens
+                            ) - arrival
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(finished & (out_tok > 1), (e2e - ttft) / (out_tok - 1), NAN)
     t_start = columns["transfer_start_s"]

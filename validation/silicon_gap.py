@@ -2,6 +2,7 @@
 
     python -m validation.silicon --sample 0 --json scores.json   # every expressible row
     python -m validation.silicon_gap scores.json
+    python -m validation.silicon_gap --fit-response 400   # each backend's first-response delay
 
 Only fit rows are read (held-out rows are never used to choose anything); rows that preempt
 or did not finish are left out. Two questions, from the rows themselves:
@@ -13,6 +14,11 @@ or did not finish are left out. Two questions, from the rows themselves:
    (every column but the concurrency equal, same benchmark dump), the exponent b of
    TTFT ~ C^b, measured and pdsim's: waves (every round a burst of C prompts) give b near
    1 at high C, a constant overhead b near 0.
+
+``--fit-response N`` scores the fit rows of the suite's stratified sample of N rows with no
+first-response delay and fits, per backend, the output tokens after the engine's first
+token at which the client's first response arrives (``router.response_rule``; pdsim.config_sections
+.RESPONSE_RULES holds the fitted values).
 """
 
 from __future__ import annotations
@@ -103,6 +109,74 @@ def fit_frontend_latency(scores: list[dict[str, Any]]) -> dict[str, tuple[float,
     return {b: (float(np.median(v)), len(v)) for b, v in sorted(gaps.items())}
 
 
+MAX_RESPONSE_TOKENS = 64
+"""The largest first-response delay (output tokens) the fit tries."""
+
+
+def response_ttft_ms(score: dict[str, Any], tokens: int) -> float:
+    """A row's pdsim TTFT (scored with no first-response delay) had its client's first
+    response come ``tokens`` output tokens after the engine's first token: what
+    ``router.first_response_delay_tokens`` makes of it (pdsim.results.first_response_s; the
+    delay does not change the engine, so this is exact)."""
+    per_token = score["pdsim_tpot_ms"]
+    return float(score["pdsim_ttft_ms"] + min(tokens, score["osl"] - 1) * per_token)
+
+
+def fit_first_response(scores: list[dict[str, Any]]
+                       ) -> dict[str, tuple[int, int, float, float]]:
+    """Per backend, (delay tokens, rows, mean TTFT error before, after): the whole number
+    of output tokens after the engine's first token at which the client's first response
+    arrives that minimises the mean absolute percentage error of TTFT over the fit rows
+    (``fit_scores``) scored with no delay."""
+    by: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for s in fit_scores(scores):
+        by[s["partition"].split()[0]].append(s)
+    out = {}
+    for backend, rows in sorted(by.items()):
+        meas = np.array([r["measured_ttft_ms"] for r in rows])
+
+        def mean_ape(k: int, rows: list[dict[str, Any]] = rows,
+                     meas: np.ndarray = meas) -> float:
+            sim = np.array([response_ttft_ms(r, k) for r in rows])
+            return float(np.mean(np.abs(sim - meas) / meas) * 100)
+
+        errors = [mean_ape(k) for k in range(MAX_RESPONSE_TOKENS + 1)]
+        best = int(np.argmin(errors))
+        out[backend] = (best, len(rows), errors[0], errors[best])
+    return out
+
+
+def score_fit_rows_without_response_delay(sample: int) -> list[dict[str, Any]]:
+    """Score the fit rows of the suite's stratified sample of ``sample`` expressible rows
+    (``python -m validation.silicon --sample N`` draws the same rows; held-out rows are
+    not simulated) with no first-response delay: the rows ``fit_first_response`` reads."""
+    from dataclasses import asdict
+
+    from validation import silicon as S
+
+    rows = []
+    for row in S.load_sample():
+        try:
+            S.plan_row(row)
+        except S.NotExpressible:
+            continue
+        rows.append(row)
+    out = []
+    saved = dict(S.RESPONSE_RULES)
+    S.RESPONSE_RULES.clear()
+    try:
+        for row in S.stratified_sample(rows, sample):
+            if row.split != "fit":
+                continue
+            try:
+                out.append(asdict(S.score_row(row)))
+            except S.NotExpressible:
+                continue
+    finally:
+        S.RESPONSE_RULES.update(saved)
+    return out
+
+
 def score_low_concurrency_fit_rows() -> list[dict[str, Any]]:
     """Score every expressible fit row at C <= LOW_CONCURRENCY with no frontend latency
     (the rows ``fit_frontend_latency`` reads)."""
@@ -137,7 +211,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-frontend", action="store_true",
                     help="score the fit rows at C <= 8 without a frontend latency and print "
                          "each backend's fitted frontend_latency_s")
+    ap.add_argument("--fit-response", type=int, metavar="N",
+                    help="score the fit rows of the suite's stratified sample of N rows "
+                         "without a first-response delay and print each backend's fitted "
+                         "first_response_delay_tokens")
     args = ap.parse_args(argv)
+    if args.fit_response is not None:
+        if args.fit_response <= 0:
+            print("error: --fit-response: give a positive number of rows", file=sys.stderr)
+            return 2
+        fitted = fit_first_response(score_fit_rows_without_response_delay(args.fit_response))
+        for backend, (tokens, n, before, after) in fitted.items():
+            print(f"{backend}: first_response_delay_tokens {tokens} ({n} fit rows; mean TTFT "
+                  f"error {before:.1f}% without, {after:.1f}% with)")
+        return 0
     if args.fit_frontend:
         for backend, (latency, n) in fit_frontend_latency(
                 score_low_concurrency_fit_rows()).items():

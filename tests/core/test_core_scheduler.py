@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pdsim import SimConfig, Simulation
 from pdsim.config import Role
+from pdsim.config_sections import RESPONSE_RULES, RouterConfig
 
 # step_log columns (Results.instances[i].step_log)
 START, END, PREFILL, DECODE_REQS, KV_USED, RUNNING, WAITING, RECEIVING = range(8)
@@ -298,3 +299,66 @@ def test_frontend_latency_adds_to_ttft_only() -> None:
         assert b["ttft_s"] == pytest.approx(a["ttft_s"] + 0.25, abs=1e-9)
         assert b["e2e_s"] == pytest.approx(a["e2e_s"] + 0.25, abs=1e-9)
         assert b["tpot_s"] == pytest.approx(a["tpot_s"], abs=1e-12)
+
+
+def test_first_response_delay_moves_ttft_not_the_run() -> None:
+    """router.first_response_delay_tokens: the client's first response arrives that many
+    output tokens after the engine's first token (at the request's own inter-token time),
+    so TTFT grows by that many inter-token times and TPOT, (e2e - TTFT) / (n - 1), shrinks
+    to match; the engine's facts (first token, finish) and the end-to-end do not move."""
+    def run(extra: str) -> Any:
+        return Simulation(make_config(
+            "cluster.mode=colocated", "workload.num_requests=12",
+            "workload.arrivals={kind: closed_loop, concurrency: 3}",
+            "workload.output_tokens={kind: fixed, tokens: 20}", extra,
+            method="none")).run().records
+    base, late = run("router.response_rule=pdsim"), run("router.first_response_delay_tokens=5")
+    for a, b in zip(base, late, strict=True):
+        assert b["first_token_s"] == a["first_token_s"] and b["finish_s"] == a["finish_s"]
+        per_token = (a["finish_s"] - a["first_token_s"]) / (a["output_tokens"] - 1)
+        assert per_token > 0
+        assert b["ttft_s"] == pytest.approx(a["ttft_s"] + 5 * per_token, rel=1e-12)
+        assert b["e2e_s"] == a["e2e_s"]
+        assert b["tpot_s"] == pytest.approx(
+            (a["e2e_s"] - b["ttft_s"]) / (a["output_tokens"] - 1), rel=1e-12)
+        assert b["tpot_s"] < a["tpot_s"]
+    # never past the last token: a delay longer than the output ends at the request's end
+    for a, r in zip(base, run("router.first_response_delay_tokens=50"), strict=True):
+        assert r["ttft_s"] == pytest.approx(a["e2e_s"], rel=1e-12)
+        assert r["tpot_s"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_first_response_rule_defaults() -> None:
+    """The default config streams as the engine does; each rule's delay is its table's."""
+    assert RouterConfig().first_response_tokens == 0
+    for rule, tokens in RESPONSE_RULES.items():
+        assert RouterConfig(response_rule=rule).first_response_tokens == tokens  # type: ignore[arg-type]
+        assert RouterConfig(response_rule=rule,  # type: ignore[arg-type]
+                            first_response_delay_tokens=2).first_response_tokens == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 50), st.integers(1, 300)),
+                min_size=1, max_size=20),
+       st.integers(0, 400), st.integers(0, 400))
+def test_first_response_lies_between_first_token_and_finish(
+        reqs: list[tuple[float, float, int]], k1: int, k2: int) -> None:
+    """Whatever the delay, the first response is no earlier than the engine's first token
+    and no later than the last; a longer delay never brings it earlier; a request that
+    did not finish keeps its engine first token."""
+    from pdsim.results import first_response_s
+    first = np.array([f for f, _, _ in reqs])
+    finish = first + np.array([d for _, d, _ in reqs])
+    out = np.array([n for _, _, n in reqs])
+    lo, hi = sorted((k1, k2))
+    a, b = (first_response_s(first, finish, out, k) for k in (lo, hi))
+    assert (first <= a).all() and (a <= b).all() and (b <= finish + 1e-9 * (1 + finish)).all()
+    unfinished = first_response_s(first, np.full_like(first, np.nan), out, hi)
+    assert (unfinished == first).all()
+
+
+def test_show_config_names_the_first_response_delay_only_when_set() -> None:
+    from pdsim.loader import derived_values
+    assert "router.first_response_tokens" not in derived_values(make_config(method="none"))
+    cfg = make_config("router.response_rule=trtllm", method="none")
+    assert derived_values(cfg)["router.first_response_tokens"] == RESPONSE_RULES["trtllm"]

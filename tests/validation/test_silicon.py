@@ -154,6 +154,39 @@ def test_config_mirrors_the_protocol() -> None:
     assert S.measured_rounds(big) == 2
 
 
+def test_protocol_follows_the_rows_source(sample: list[S.SiliconRow]) -> None:
+    dated = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=64; wip=False"
+    dump = "db-dump/2026-04-27; config_id=759; silicon_concurrency=64; workflow_run_id=778"
+    aic = ("source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/"
+           "meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=64")
+    assert S.row_protocol(_row(silicon_data_source=dated)) == "inferencemax"
+    assert S.row_protocol(_row(silicon_data_source=dump)) == "inferencemax"
+    assert S.row_protocol(_row(silicon_data_source=aic)) == "aiperf"
+    assert S.row_protocol(_row(silicon_data_source="x; silicon_concurrency=64")) == "aiperf"
+    # the dated dumps and the db-dump: 1,353 + 2,015 + 882 rows of the 5,221
+    counts = Counter(S.row_protocol(r) for r in sample)
+    assert counts == {"inferencemax": 4250, "aiperf": 971}
+
+
+def test_inferencemax_rows_run_ten_rounds_of_ranged_lengths() -> None:
+    dated = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=64; wip=False"
+    plan = S.plan_row(_row(silicon_data_source=dated))
+    assert plan.protocol == "inferencemax"
+    assert S.measured_rounds(plan) == 10
+    cfg = pdsim.load_config(S.build_config(plan))
+    assert cfg.workload.num_requests == 10 * 64
+    # bench_serving's np.random.randint(int(L * 0.8), L + 1): [819, 1024] for L = 1024
+    assert cfg.workload.prompt_tokens.bin_edges == (819, 1025)  # type: ignore[union-attr]
+    assert cfg.workload.output_tokens.bin_edges == (819, 1025)  # type: ignore[union-attr]
+    res = pdsim.simulate(cfg.model_copy(update={"workload": cfg.workload.model_copy(
+        update={"num_requests": 64})}))
+    import numpy as np
+    cols = res.records.columns  # type: ignore[union-attr]
+    for name in ("prompt_tokens", "output_tokens"):
+        n = np.asarray(cols[name])
+        assert n.min() >= 819 and n.max() <= 1024 and len(set(n.tolist())) > 10
+
+
 def test_memory_rule_kv_dtype_and_admission_follow_the_backend() -> None:
     # TensorRT-LLM: free_gpu_memory_fraction 0.8 as AIC's generator writes it, an fp8 KV
     # cache for an fp8 deployment (AIC's fp8 quant profile), and no-evict admission
@@ -208,6 +241,36 @@ def test_frontend_fit_is_the_low_concurrency_median_of_fit_rows() -> None:
     assert G.fit_frontend_latency(scores) == {"vllm": (pytest.approx(0.060), 3)}
 
 
+def test_response_rule_follows_the_backend() -> None:
+    """Each backend's rows end TTFT at its serving stack's first response
+    (router.response_rule); the rule's delay is the fitted table's."""
+    from pdsim.config_sections import RESPONSE_RULES
+    for backend in ("trtllm", "vllm", "sglang"):
+        cfg = pdsim.load_config(S.build_config(S.plan_row(_row(backend=backend))))
+        assert cfg.router.response_rule == backend
+        assert cfg.router.first_response_tokens == RESPONSE_RULES[backend] > 0
+
+
+def test_first_response_fit_minimises_fit_rows_mean_error() -> None:
+    """The fitted delay (output tokens at the row's own inter-token time) is the one that
+    brings fit rows closest; held-out rows and preempting rows do not count."""
+    from validation import silicon_gap as G
+    base = {"error": "", "preemptions": 0, "partition": "vllm agg h200_sxm", "osl": 100}
+    scores = [{**base, "split": "fit", "pdsim_ttft_ms": t, "pdsim_tpot_ms": 10.0,
+               "measured_ttft_ms": t + 40.0} for t in (20.0, 50.0, 80.0)]
+    scores.append({**base, "split": "held-out", "pdsim_ttft_ms": 20.0,
+                   "pdsim_tpot_ms": 10.0, "measured_ttft_ms": 5000.0})
+    scores.append({**base, "split": "fit", "preemptions": 3, "pdsim_ttft_ms": 20.0,
+                   "pdsim_tpot_ms": 10.0, "measured_ttft_ms": 5000.0})
+    ((backend, (tokens, n, before, after)),) = G.fit_first_response(scores).items()
+    assert (backend, tokens, n) == ("vllm", 4, 3)
+    assert after == pytest.approx(0.0, abs=1e-9)
+    assert before > 10.0
+    # never past the last token
+    assert G.response_ttft_ms({**base, "pdsim_ttft_ms": 20.0, "pdsim_tpot_ms": 10.0},
+                              500) == pytest.approx(20.0 + 99 * 10.0)
+
+
 def test_gap_analysis_reads_fit_rows_only() -> None:
     from validation import silicon_gap as G
     fields = {}
@@ -254,6 +317,8 @@ def test_aiperf_mean_weighs_the_burst_as_one_round_in_twenty() -> None:
     assert S.aiperf_mean(values, 2) == pytest.approx((10.0 + 19 * 1.0) / 20)
     twenty = np.repeat(np.arange(20.0), 3)
     assert S.aiperf_mean(twenty, 3) == pytest.approx(twenty.mean())
+    # InferenceMAX's 10 rounds: the burst weighs 1/10
+    assert S.aiperf_mean(values, 2, 10) == pytest.approx((10.0 + 9 * 1.0) / 10)
 
 
 def test_stratified_sample_is_fixed_and_covers_every_stratum(
