@@ -166,6 +166,7 @@ def deployment_fields(data: dict[str, Any]) -> dict[str, Any]:
         sched = SchedulerConfig.model_validate(g.get("scheduler") or {}).model_dump(
             mode="json")
         out[path] = {"count": g.get("count", 1), "scheduler": sched,
+                     "attention_dp_size": g.get("attention_dp_size", 1),
                      "kv_cache_gib": g.get("kv_cache_gib"),
                      "hardware": st.get("hardware"),
                      "tensor_parallel_size": st.get("tensor_parallel_size", 1),
@@ -200,6 +201,7 @@ def with_deployment(cfg: SimConfig, imported: dict[str, Any]) -> SimConfig:
             raise ConfigError(f"cluster.{path}", "the imported deployment has no such pool")
         f = fields[path]
         g["count"] = f["count"]
+        g["attention_dp_size"] = f["attention_dp_size"]
         g["scheduler"] = f["scheduler"]
         g["kv_cache_gib"] = f["kv_cache_gib"]
         st = g.get("step_time")
