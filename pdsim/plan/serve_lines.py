@@ -1,7 +1,8 @@
 """A pdsim config as ``vllm serve`` command lines: the inverse of ``pdsim import-vllm``.
 
 Each pool becomes one command line per data-parallel group (``count / dp`` commands of
-``--data-parallel-size dp``, since ``import-vllm`` counts each rank as an instance), and
+``--data-parallel-size dp``, since ``import-vllm`` counts each rank as an instance and the
+ranks of one command sharing experts as one attention-DP engine), and
 every setting the import would otherwise assume is written out: the parallelism, all
 scheduler limits (``--max-num-seqs``, ``--max-num-batched-tokens``, ``--block-size``,
 prefix caching and chunked prefill on or off), the speculative config and, for P and D,
