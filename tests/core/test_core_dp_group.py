@@ -317,14 +317,41 @@ def test_padding_rule_defaults_to_the_balances_backend(balance: str, padding: st
 
 @pytest.mark.parametrize("colocated", [False, True])
 def test_invariants_hold_after_every_event_with_a_rank_going_down(colocated: bool) -> None:
-    """Checked after every event (``run_checked``), with one rank down for a while: the
-    engine keeps stepping its other ranks and every request ends."""
+    """Checked after every event (``run_checked``), with one rank down for a while (the
+    whole engine goes down with it): every request ends."""
     d = _dsv3(4, 30, 1, "vllm", colocated)
     rank = "C1" if colocated else "D1"
     d["faults"] = {"instance_outages": [{"instance": rank, "start_s": 1.0, "end_s": 2.0}]}
     res = run_checked(load_config(d))
     s = res.summary
     assert s["completed"] + s["failed"] + s["rejected"] == 30
-    assert s["completed"] >= 20
+    assert s["completed"] >= 1  # served again after the outage
     if not colocated:  # D1 held requests when it went down (checked: 2 of 30 here)
         assert s["failure_reasons"].get("instance_down_mid_stream", 0) >= 1
+
+
+@pytest.mark.parametrize("colocated", [False, True])
+def test_a_rank_going_down_takes_its_whole_engine_down(colocated: bool) -> None:
+    """vLLM's DP engine cores fail together: after every event the engine's ranks are all
+    up or all down, all down through the outage of one of them, no rank steps in it, and
+    the engine serves again after it."""
+    d = _dsv3(4, 30, 1, "vllm", colocated)
+    rank = "C1" if colocated else "D1"
+    d["faults"] = {"instance_outages": [{"instance": rank, "start_s": 1.0, "end_s": 2.0}]}
+    sim = Simulation(load_config(d))
+    sim.start()
+    group = sim.dp_groups[0]
+    env = sim.env
+    while env.peek() != float("inf") and not sim.done:
+        sim.step()
+        ups = {r.up for r in group.ranks}
+        assert len(ups) == 1, f"ranks of one engine split up/down at {env.now}"
+        if 1.0 <= env.now < 2.0:
+            assert ups == {False}
+    assert sim.faults.counts["instance_outages"] == 1  # one outage, however many ranks
+    res = sim.results()
+    starts = [float(s) for r in group.ranks for s in r.steps.columns().start_s()]
+    assert not [s for s in starts if 1.0 < s < 2.0]
+    assert any(s >= 2.0 for s in starts)
+    s = res.summary
+    assert s["completed"] + s["failed"] + s["rejected"] == 30
