@@ -121,9 +121,9 @@ def pad_to_largest(batches: Sequence[StepBatch]) -> list[StepBatch]:
     out = []
     for b in batches:
         pad = top - _tokens(b)
-        out.append(b if pad <= 0 else b._replace(
-            decode_requests=b.decode_requests + pad / width,
-            decode_tokens=b.decode_tokens + pad))
+        out.append(b if pad <= 0 else StepBatch._make((
+            b.prefill_tokens, b.prefill_attention_pairs, b.decode_requests + pad / width,
+            b.decode_tokens + pad, b.decode_context_tokens, b.drafter_repair_tokens)))
     return out
 
 
