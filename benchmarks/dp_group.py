@@ -3,7 +3,8 @@
 DeepSeek-R1 FP8 on 8 H200 with attention DP + EP8, colocated, a closed loop of 1,024
 (validation row ``trtllm-dsr1-h200-maxtput``'s config), run two ways: as 8 lone
 instances (``attention_dp_size: 1``, each priced as if every rank carried its batch) and
-as one attention-DP engine of 8 ranks under each rank balance. Once with the row's fixed
+as one attention-DP engine of 8 ranks under each rank balance (each padding to the largest
+rank as its backend does, and two without padding). Once with the row's fixed
 lengths (the ranks stay balanced) and once with lengths drawn uniformly within +-90% of
 1,024 / 2,048 (the ranks' batches drift apart). Prints output throughput, mean TPOT and
 the wall time of each run (prints only).
@@ -26,19 +27,26 @@ from pdsim.simulation import simulate
 
 ROW = Path(__file__).resolve().parents[1] / "validation" / "rows" / \
     "23_trtllm-dsr1-h200-maxtput.yaml"
-VARIANTS: tuple[tuple[str, int, str], ...] = (
-    ("8 lone instances", 1, "vllm"),
-    ("engine, trtllm balance", 8, "trtllm"),
-    ("engine, vllm balance", 8, "vllm"),
-    ("engine, sglang round robin", 8, "sglang_round_robin"),
+# (label, attention_dp_size, attention_dp_balance, attention_dp_padding: None = the
+# balance's backend rule)
+VARIANTS: tuple[tuple[str, int, str, str | None], ...] = (
+    ("8 lone instances", 1, "vllm", None),
+    ("engine, trtllm balance", 8, "trtllm", None),
+    ("engine, vllm balance", 8, "vllm", None),
+    ("engine, sglang round robin", 8, "sglang_round_robin", None),
+    ("engine, trtllm, no padding", 8, "trtllm", "none"),
+    ("engine, vllm, no padding", 8, "vllm", "none"),
 )
 
 
-def config(requests: int, dp: int, balance: str, uneven: bool) -> dict[str, Any]:
+def config(requests: int, dp: int, balance: str, uneven: bool,
+           padding: str | None = None) -> dict[str, Any]:
     cfg: dict[str, Any] = copy.deepcopy(yaml.safe_load(ROW.read_text())["config"])
     cfg["workload"]["num_requests"] = requests
     group = cfg["cluster"]["colocated"]
     group.update(attention_dp_size=dp, attention_dp_balance=balance)
+    if padding is not None:
+        group["attention_dp_padding"] = padding
     if uneven:
         cfg["workload"]["prompt_tokens"] = {"kind": "uniform", "mean_tokens": 1024,
                                             "range_ratio": 0.9}
@@ -53,9 +61,10 @@ def main() -> None:
     args = ap.parse_args()
     print(f"{'lengths':8s} {'deployment':28s} {'tok/s':>9s} {'TPOT ms':>8s} {'wall s':>7s}")
     for uneven in (False, True):
-        for label, dp, balance in VARIANTS:
+        for label, dp, balance, padding in VARIANTS:
             t = time.perf_counter()
-            s = simulate(load_config(config(args.requests, dp, balance, uneven))).summary
+            cfg = config(args.requests, dp, balance, uneven, padding)
+            s = simulate(load_config(cfg)).summary
             wall = time.perf_counter() - t
             print(f"{'uneven' if uneven else 'fixed':8s} {label:28s} "
                   f"{s['output_throughput_tok_s']:9.0f} {s['mean_tpot_s'] * 1e3:8.2f} "

@@ -55,6 +55,7 @@ from pdsim.perf.config import (
     SimpleStepTimeConfig,
     StepTimeConfig,
 )
+from pdsim.perf.dp_group import DP_PADDINGS
 from pdsim.policies import DP_BALANCERS, ROUTERS
 from pdsim.topology_config import transfer_issues
 from pdsim.workload.config import WorkloadConfig
@@ -502,6 +503,10 @@ def _dp_issues(path: str, group: InstanceGroupConfig,
         return [(f"{path}.attention_dp_balance",
                  f"unknown policy {group.attention_dp_balance!r}; allowed: "
                  f"{', '.join(DP_BALANCERS)}")]
+    if group.attention_dp_padding is not None and group.attention_dp_padding not in DP_PADDINGS:
+        return [(f"{path}.attention_dp_padding",
+                 f"unknown rule {group.attention_dp_padding!r}; allowed: "
+                 f"{', '.join(sorted(DP_PADDINGS))}")]
     if dp == 1 or not isinstance(st, RooflineStepTimeConfig):
         return []
     tp, ep = st.tensor_parallel_size, st.expert_parallel_size

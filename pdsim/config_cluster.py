@@ -22,6 +22,7 @@ from pdsim._model import MAX_BLOCKS, MAX_INSTANCES, MAX_KV_CACHE_GIB, StrictMode
 from pdsim.config_sections import LayerGroup, ModelConfig, Role, SchedulerConfig
 from pdsim.errors import ConfigError
 from pdsim.perf.config import RooflineStepTimeConfig, StepTimeConfig
+from pdsim.perf.dp_group import BALANCE_PADDING
 
 MAX_POOLS = 64
 """Most pools (groups) one role may have."""
@@ -61,6 +62,19 @@ class InstanceGroupConfig(StrictModel):
     attention_dp_balance: Annotated[str, Field(min_length=1, max_length=64)] = "vllm"
     """How an attention-DP engine assigns a request to a rank (a registered policy:
     ``vllm``, ``sglang_round_robin``, ``trtllm``); read only with attention_dp_size > 1."""
+    attention_dp_padding: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    """Which steps of an attention-DP engine pad every rank's batch to the largest rank's
+    token count (CUDA graphs run one shape on every rank): ``vllm`` (every step within the
+    CUDA-graph capture size), ``sglang`` / ``trtllm`` (decode-only steps), ``none``
+    (eager); null: the rule of the ``attention_dp_balance`` backend. Read only with
+    attention_dp_size > 1."""
+
+    @property
+    def dp_padding(self) -> str:
+        """The attention-DP padding rule in force: the one named, else the balance's."""
+        if self.attention_dp_padding is not None:
+            return self.attention_dp_padding
+        return BALANCE_PADDING.get(self.attention_dp_balance, "none")
 
     @property
     def num_dp_engines(self) -> int:

@@ -480,10 +480,14 @@ class Simulation:
 
     def _schedule_faults(self) -> None:
         f = self.config.faults
+        # a rank of an attention-DP engine going down takes the engine down: its ranks
+        # fail together (vLLM's DP engine cores share one lifetime) and come back together
+        engine_of = {r.name: g.ranks for g in self.dp_groups for r in g.ranks}
         for o in f.instance_outages:
             inst = self.by_name[o.instance]
-            self._at(o.start_s, functools.partial(self._outage_start, inst))
-            self._at(o.end_s, inst.come_up)
+            insts = engine_of.get(o.instance, [inst])
+            self._at(o.start_s, functools.partial(self._outage_start, insts))
+            self._at(o.end_s, functools.partial(self._outage_end, insts))
         for deg in f.link_degradations:
             self._at(deg.start_s, functools.partial(self._scale, deg.link, deg.bandwidth_factor))
             self._at(deg.end_s, functools.partial(self._scale, deg.link, 1.0))
@@ -497,9 +501,20 @@ class Simulation:
             self.faults.counts["link_degradations"] += 1
         self.network.degrade(link, factor)
 
-    def _outage_start(self, inst: Instance) -> None:
+    def _outage_start(self, insts: list[Instance]) -> None:
+        """One outage: ``insts`` (an instance, or every rank of its attention-DP engine)
+        all go down first, then their requests are failed or retried elsewhere."""
         self.faults.counts["instance_outages"] += 1
-        served, pinned = inst.go_down()
+        for inst, (served, pinned) in [(i, i.go_down()) for i in insts]:
+            self._drop_requests(inst, served, pinned)
+
+    @staticmethod
+    def _outage_end(insts: list[Instance]) -> None:
+        for inst in insts:
+            inst.come_up()
+
+    def _drop_requests(self, inst: Instance, served: list[Request],
+                       pinned: list[Request]) -> None:
         for req in pinned:  # on a D now: whatever it reads from here is gone
             active = self._transfers.get(req.id)
             if active is not None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pdsim.engine.events import StepEnd
 from pdsim.engine.route_view import RoutingState
-from pdsim.perf.dp_group import DPGroupStepTime
+from pdsim.perf.dp_group import DPGroupStepTime, vllm_capture_tokens
 from pdsim.policies import DP_BALANCERS
 
 if TYPE_CHECKING:
@@ -110,7 +110,11 @@ class DPGroup:
         self.name = first.name  # the engine is addressed by its first rank
         self.role: Role = first.role
         self.max_fit_tokens = first.max_fit_tokens
-        self.pricing = DPGroupStepTime(first.step_model, len(self.ranks))
+        sched = first.group.scheduler
+        self.pricing = DPGroupStepTime(
+            first.step_model, len(self.ranks), first.group.dp_padding,
+            vllm_capture_tokens(sched.max_num_seqs, first.n_spec,
+                                sched.max_num_batched_tokens))
         self.priority = first.step_priority
         self._wake: simpy.Event | None = None
         self._last_turn_s = -1.0

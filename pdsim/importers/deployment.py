@@ -224,9 +224,17 @@ class _Importer:
         c = self.commands[role]
         g: dict[str, Any] = {"count": c.count * args.data_parallel_size,
                              "scheduler": self.scheduler(role, args)}
-        if args.data_parallel_size > 1:
+        dp = args.data_parallel_size
+        if dp > 1 and args.enable_expert_parallel and self.has_moe:
+            # the DP ranks share the experts: vLLM runs them as one engine stepping together
+            g["attention_dp_size"] = dp
+            self.assume(f"{role}: {c.count} command(s) x --data-parallel-size {dp} = "
+                        f"{g['count']} instances, each command one attention-DP engine of "
+                        f"{dp} ranks (attention_dp_size: {dp}; vLLM's rank balance and "
+                        f"padding)")
+        elif dp > 1:
             self.assume(f"{role}: {c.count} command(s) x --data-parallel-size "
-                        f"{args.data_parallel_size} = {g['count']} instances (one per "
+                        f"{dp} = {g['count']} instances (one per "
                         f"data-parallel rank)")
         if args.kv_cache_memory_bytes is not None:
             # per GPU in vLLM; MLA's latent is replicated over TP, GQA heads are split

@@ -1,7 +1,8 @@
 """A pdsim config as ``vllm serve`` command lines: the inverse of ``pdsim import-vllm``.
 
 Each pool becomes one command line per data-parallel group (``count / dp`` commands of
-``--data-parallel-size dp``, since ``import-vllm`` counts each rank as an instance), and
+``--data-parallel-size dp``, since ``import-vllm`` counts each rank as an instance and the
+ranks of one command sharing experts as one attention-DP engine), and
 every setting the import would otherwise assume is written out: the parallelism, all
 scheduler limits (``--max-num-seqs``, ``--max-num-batched-tokens``, ``--block-size``,
 prefix caching and chunked prefill on or off), the speculative config and, for P and D,
@@ -166,6 +167,7 @@ def deployment_fields(data: dict[str, Any]) -> dict[str, Any]:
         sched = SchedulerConfig.model_validate(g.get("scheduler") or {}).model_dump(
             mode="json")
         out[path] = {"count": g.get("count", 1), "scheduler": sched,
+                     "attention_dp_size": g.get("attention_dp_size", 1),
                      "kv_cache_gib": g.get("kv_cache_gib"),
                      "hardware": st.get("hardware"),
                      "tensor_parallel_size": st.get("tensor_parallel_size", 1),
@@ -200,6 +202,7 @@ def with_deployment(cfg: SimConfig, imported: dict[str, Any]) -> SimConfig:
             raise ConfigError(f"cluster.{path}", "the imported deployment has no such pool")
         f = fields[path]
         g["count"] = f["count"]
+        g["attention_dp_size"] = f["attention_dp_size"]
         g["scheduler"] = f["scheduler"]
         g["kv_cache_gib"] = f["kv_cache_gib"]
         st = g.get("step_time")

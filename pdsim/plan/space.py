@@ -257,6 +257,9 @@ def _group(cfg: SimConfig, role: str, choice: RoleChoice,
     sched["max_num_seqs"] = choice.max_num_seqs
     sched["max_num_batched_tokens"] = choice.max_num_batched_tokens
     group: dict[str, Any] = {"count": choice.instances, "scheduler": sched}
+    if choice.layout.ep and choice.layout.dp > 1:
+        # the DP ranks sharing an expert pool are one attention-DP engine, as vLLM runs them
+        group["attention_dp_size"] = choice.layout.dp
     if step_time is not None:
         group["step_time"] = step_time
     return group

@@ -66,6 +66,23 @@ def test_dp_and_ep_become_instances_and_expert_parallelism(tmp_path: Path) -> No
     cfg = _run(tmp_path)
     assert cfg.cluster.mode == "colocated" and cfg.cluster.colocated.count == 8
     assert (cfg.step_time.tensor_parallel_size, cfg.step_time.expert_parallel_size) == (1, 8)
+    # --data-parallel-size 8 --enable-expert-parallel: one attention-DP engine of 8 ranks
+    assert cfg.cluster.colocated.attention_dp_size == 8
+
+
+def test_dp_without_expert_parallelism_stays_lone_instances(tmp_path: Path) -> None:
+    """Without --enable-expert-parallel the DP ranks share nothing pdsim models: 8 lone
+    instances, no attention-DP engine."""
+    text = (DEPLOYMENTS / "qwen3-30b-a3b-dp8ep.yaml").read_text(encoding="utf-8")
+    text = text.replace("      --enable-expert-parallel \\\n", "").replace(
+        "../hf_configs/", f"{(DEPLOYMENTS.parent / 'hf_configs').as_posix()}/")
+    assert "--enable-expert-parallel" not in text
+    (tmp_path / "dp8.yaml").write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    assert _import_cli(tmp_path / "dp8.yaml", out).exit_code == 0
+    cfg = _run(out)
+    assert cfg.cluster.colocated.count == 8
+    assert cfg.cluster.colocated.attention_dp_size == 1
 
 
 def test_heterogeneous_p_and_d_get_their_own_step_times(tmp_path: Path) -> None:
@@ -74,6 +91,8 @@ def test_heterogeneous_p_and_d_get_their_own_step_times(tmp_path: Path) -> None:
     assert written["cluster"]["prefill"]["step_time"]["tensor_parallel_size"] == 8
     assert written["step_time"]["expert_parallel_size"] == 8
     assert written["cluster"]["decode"]["count"] == 8
+    assert written["cluster"]["decode"]["attention_dp_size"] == 8
+    assert written["cluster"]["prefill"].get("attention_dp_size", 1) == 1
     _run(tmp_path)
 
 

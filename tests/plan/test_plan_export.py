@@ -47,6 +47,7 @@ def test_deepseek_layouts_round_trip_through_the_importer() -> None:
     cfg, spec = read_plan_config(DSV3_PLAN)
     hf = json.loads(DSV3_HF.read_text())
     seen = set()
+    engines = 0
     for cand in enumerate_candidates(cfg, spec.model_copy(update={"expert_parallel": (
             False, True), "tensor_parallel_sizes": None}), 16):
         key = (cand.mode, tuple((n, c.layout) for n, c in cand.roles))
@@ -57,9 +58,17 @@ def test_deepseek_layouts_round_trip_through_the_importer() -> None:
         except Exception:  # does not fit: nothing to export
             continue
         seen.add(key)
+        for _, choice in cand.roles:  # DP ranks sharing experts: one attention-DP engine
+            groups = [g for g in (c.cluster.prefill, c.cluster.decode, c.cluster.colocated)
+                      if g is not None and not isinstance(g, tuple)]
+            dp = choice.layout.dp if choice.layout.ep else 1
+            assert any(g.attention_dp_size == dp and g.count == choice.instances
+                       for g in groups), cand.label
+            engines += dp > 1
         imported = import_back(c, hf, "deepseek-ai/DeepSeek-V3")
         assert round_trip_differences(c, imported) == [], cand.label
         assert with_deployment(c, imported) == c, cand.label
+    assert engines > 0
     assert len(seen) >= 20  # 8-GPU layouts: TP8, TP8 EP8, TP4/2/1 with DP; and 16-GPU ones
 
 
