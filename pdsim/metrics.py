@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pdsim.facts import InstanceFacts, StepColumns
+from pdsim.facts import InstanceFacts, SegmentTable, StepColumns
 from pdsim.summary import (
     PERCENTILES,
     InstanceSummary,
@@ -67,31 +67,41 @@ _SORT_RANGES = 16
 _SUM_LEAF = 1 << 16
 
 
-def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
+def itl_distribution(instances: list[InstanceFacts],
+                     segments: Mapping[int, list[list[int]]]
                      ) -> tuple[np.ndarray, np.ndarray]:
     """The inter-chunk gaps as (gap values, multiplicities), without per-chunk lists: each
     instance's step gaps that some request saw (a positive multiplicity, unsigned), in
-    instance and step order, then the gaps across a preemption.
+    instance and step order, then the gaps across a preemption (in request-id order).
 
     Within a segment a request emits a chunk every step, so step k's gap counts once for
     each segment containing both k-1 and k; gaps across a preemption are added singly.
+    ``segments``: a ``SegmentTable`` (a dict of lists is converted).
     """
-    counts = [np.zeros(len(f.step_end_s) + 1, dtype=np.int32) for f in instances]
-    extra: list[float] = []
-    for segs in segments.values():
-        prev_end = None
-        for i, a, b in segs:
-            if b > a:
-                counts[i][a + 1] += 1
-                counts[i][b + 1] -= 1
-            t0 = instances[i].step_end_s[a]
-            if prev_end is not None:
-                extra.append(t0 - prev_end)
-            prev_end = instances[i].step_end_s[b]
-    for k, c in enumerate(counts):
+    table = SegmentTable.from_dict(segments)
+    rows = table.rows
+    inst, first, last = rows[:, 1], rows[:, 2], rows[:, 3]
+    # the gap from each segment's predecessor of the same request: its first step's end
+    # less the predecessor's last step's end
+    t_first = np.empty(len(rows))
+    t_last = np.empty(len(rows))
+    counts = []
+    for k, f in enumerate(instances):
+        on = np.flatnonzero(inst == k)
+        t_first[on] = f.step_end_s[first[on]]
+        t_last[on] = f.step_end_s[last[on]]
+        spans = on[last[on] > first[on]]
+        c = np.zeros(len(f.step_end_s) + 1, dtype=np.int32)
+        np.add.at(c, first[spans] + 1, 1)
+        np.add.at(c, last[spans] + 1, -1)
+        del on, spans
         np.cumsum(c, out=c)  # c[k]: the segments step k - 1's gap counts for
-        counts[k] = c.astype(np.min_scalar_type(int(c.max()) if len(c) else 0))  # >= 0
+        counts.append(c.astype(np.min_scalar_type(int(c.max()) if len(c) else 0)))  # >= 0
         del c
+    rid = table.request_ids()
+    follows = np.flatnonzero(rid[1:] == rid[:-1])
+    extra = t_first[follows + 1] - t_last[follows]
+    del rid, follows, t_first, t_last
     total = len(extra) + sum(int(np.count_nonzero(c[1:len(f.step_end_s)]))
                              for f, c in zip(instances, counts, strict=True))
     vals = np.empty(total)
@@ -198,7 +208,7 @@ def _positions(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.intp)
 
 
-def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
+def itl_stats(instances: list[InstanceFacts], segments: Mapping[int, list[list[int]]]
               ) -> LatencyStats:
     """ITL statistics: the mean, std and weighted ``PERCENTILES`` (as ``np.percentile``
     gives them) of the gaps of ``itl_distribution``, sorted with one copy of them alive
@@ -244,7 +254,7 @@ def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: n
 
 
 def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
-              segments: dict[int, list[list[int]]], config: SimConfig,
+              segments: Mapping[int, list[list[int]]], config: SimConfig,
               itl: LatencyStats | None = None) -> RunSummary:
     """The run's metrics, from its facts alone (the cluster-level counters, such as
     ``kv_lease_expired``, are left at their defaults for ``results_from`` to fill).

@@ -198,14 +198,18 @@ class Simulation:
         it takes requests live (``add_request``: more may come and write into them)."""
         snapshots = [inst.snapshot() for inst in self.instances]
         self._record_ended()
-        done = self.done and not any(snap.live_rows for snap in snapshots)
+        # every request has ended (``run`` stops here: the event that says so is then
+        # triggered, not yet processed, so ``done`` would still be False) and nothing
+        # more will write the columns
+        ended = (self.num_requests > 0 and self.num_done == self.num_requests
+                 and not any(snap.live_rows for snap in snapshots))
         pool_of = {inst.name: inst.pool_name for inst in self.instances}
         live = [self._live[i] for i in sorted(self._live)]
-        hand_over = done and not live and self._pregenerated
+        hand_over = ended and not live and self._pregenerated
         columns, segments = self.request_facts.columns(live, pool_of, self.accepted_per_pos,
                                                       hand_over)
         return RunFacts(self.config, columns, segments, snapshots, self.network.samples(),
-                        dict(self.faults.counts), self.lease_expired, done)
+                        dict(self.faults.counts), self.lease_expired, hand_over)
 
     def _record_ended(self, keep_unsettled: bool = False) -> None:
         """Write the ended requests' facts into the columns and let them go. A request

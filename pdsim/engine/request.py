@@ -302,6 +302,8 @@ class RequestFacts:
         self.finished = np.zeros(n, dtype=bool)
         # output segments (request id, instance, first step, last step), flat
         self.segments = array("q")
+        # the segments in request-id order once handed over (``columns`` with ``done``)
+        self._handed_segments: np.ndarray | None = None
         # rows recorded since the last flush: ids, numeric facts, (status, objects)
         self._ids: list[int] = []
         self._numbers: list[tuple[Any, ...]] = []
@@ -370,24 +372,46 @@ class RequestFacts:
                 col[rid] = value
         self._ids, self._numbers, self._others = [], [], []
 
+    def _segments_by_id(self, live: Sequence[Request], done: bool) -> np.ndarray:
+        """The recorded segments and the ``live`` requests', as ``(segments, 4)`` rows in
+        request-id order (a stable sort: each request's stay in the order it emitted
+        them). ``done``: handed over, and kept for a later call in place of the flat
+        store (nothing is recorded after it)."""
+        if done and self._handed_segments is not None and not len(self.segments):
+            return self._handed_segments
+        flat = self.segments
+        extra = [(req.id, *seg) for req in live for seg in req.segments]
+        rows = np.frombuffer(flat, dtype=np.int64).reshape(-1, 4) if len(flat) else \
+            np.empty((0, 4), dtype=np.int64)
+        if extra:
+            rows = np.concatenate([rows, np.array(extra, dtype=np.int64).reshape(-1, 4)])
+        rid = rows[:, 0]
+        if len(rid) > 1 and not bool(np.all(rid[1:] >= rid[:-1])):
+            rows = rows[np.argsort(rid, kind="stable")]
+        elif rows.base is not None and not done:
+            rows = rows.copy()  # not a view of the store the run goes on writing
+        if done:
+            self.segments = array("q")
+            self._handed_segments = rows
+        return rows
+
     def columns(self, live: Sequence[Request], pool_of: Mapping[str, str],
                 accepted_per_pos: np.ndarray, done: bool
-                ) -> tuple[dict[str, Any], dict[int, list[list[int]]]]:
+                ) -> tuple[dict[str, Any], np.ndarray]:
         """The records' raw columns (``_finished`` says which finished) and every
-        request's output segments by id, with the facts of the ``live`` requests (not yet
-        recorded: still in flight) written over their rows. ``done``: the run is over
-        and nothing is live, so the columns and the acceptance table are handed over
-        rather than copied."""
+        request's output segments as ``(segments, 4)`` int64 rows ``(request id,
+        instance, first step, last step)`` in request-id order (each request's in the
+        order it emitted them), with the facts of the ``live``
+        requests (not yet recorded: still in flight) written over their rows. ``done``:
+        the run is over and nothing is live, so the columns, the segments and the
+        acceptance table are handed over rather than copied."""
         self._flush()
         n = self.num_requests  # the arrays may have room for more rows (``add``)
         numeric = {k: v[:n] if done else v[:n].copy() for k, v in self.numeric.items()}
         objects = self.objects if done else {k: list(v) for k, v in self.objects.items()}
         status = self.status if done else list(self.status)
         finished = self.finished[:n] if done else self.finished[:n].copy()
-        segments: dict[int, list[list[int]]] = {rid: [] for rid in range(n)}
-        flat = self.segments
-        for k in range(0, len(flat), 4):
-            segments[flat[k]].append([flat[k + 1], flat[k + 2], flat[k + 3]])
+        segments = self._segments_by_id(live, done)
         for req in live:
             rid = req.id
             for name, attr, _ in _NUMERIC_FACTS:
@@ -396,7 +420,6 @@ class RequestFacts:
                 objects[name][rid] = getattr(req, attr)
             status[rid] = req.status.value
             finished[rid] = req.status is Status.FINISHED
-            segments[rid] = [list(seg) for seg in req.segments]
         cols: dict[str, Any] = {
             "request_id": np.arange(n, dtype=np.int64),
             "status": status,
