@@ -12,9 +12,10 @@ starts, KV blocks in use and running).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -218,3 +219,59 @@ class SegmentTable(Mapping[int, list[list[int]]]):
         return super().__eq__(other)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class RateSamples(Sequence[tuple[float, float]]):
+    """A link's (or port's) ``(time s, bytes/s in use)`` samples, taken on each change,
+    stored as one flat array of doubles (16 bytes a sample, not a tuple and two float
+    objects: a light-load run takes two samples a request). Reads like the list of
+    tuples it replaces; ``append`` takes one sample."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, samples: Iterable[tuple[float, float]] = ()) -> None:
+        self._data = array("d")
+        for sample in samples:
+            self._data.extend(sample)
+
+    def append(self, sample: tuple[float, float]) -> None:
+        self._data.extend(sample)
+
+    def __len__(self) -> int:
+        return len(self._data) // 2
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[float, float]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[float, float]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[float, float] | list[tuple[float, float]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        return self._data[2 * i], self._data[2 * i + 1]
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        it = iter(self._data)
+        return zip(it, it, strict=False)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.array(self._data, dtype=np.float64).reshape(-1, 2)
+        return out if dtype is None else out.astype(dtype)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RateSamples):
+            return self._data == other._data
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RateSamples({list(self)!r})"

@@ -94,7 +94,7 @@ class Results:
     summary: RunSummary
     # (time s, bytes/s in use) samples of each P->D link that carried a transfer, or, with
     # connector.topology, of each NIC direction / NVLink port a flow crossed
-    links: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    links: Mapping[str, Sequence[tuple[float, float]]] = field(default_factory=dict)
     # every request's output segments by id (``SegmentTable``: reads as a dict of lists)
     segments: Mapping[int, list[list[int]]] = field(default_factory=dict)
     partial: bool = False
@@ -157,7 +157,7 @@ class RunFacts:
     columns: dict[str, Any]
     segments: np.ndarray
     snapshots: list[InstanceSnapshot]
-    links: dict[str, list[tuple[float, float]]]
+    links: Mapping[str, Sequence[tuple[float, float]]]
     faults: dict[str, int]
     kv_lease_expired: int
     done: bool
