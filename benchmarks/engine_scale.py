@@ -40,7 +40,7 @@ from engine_speed import instructions_per_request, measure
 PROMPT_TOKENS = 2048
 OUTPUT_TOKENS = 256
 LOADS = {"light": 1.0, "heavy": 20.0}
-TARGET_PEAK_MB_100K = 400.0
+TARGET_PEAK_MB_100K = 300.0  # issue 30 (issue 19 asked 400)
 TARGET_PEAK_MB_1M_LIGHT = 2048.0
 COLUMNS = ("load", "rate_per_s", "num_requests", "record_steps", "wall_s", "cpu_s",
            "requests_per_wall_s", "engine_steps", "bare_simpy_s", "ratio_to_bare_simpy",

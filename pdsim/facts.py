@@ -12,9 +12,10 @@ starts, KV blocks in use and running).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -144,3 +145,133 @@ class InstanceFacts:
         """Every per-step fact as a ``(steps, 8)`` matrix of doubles (``STEP_COLUMNS``;
         built on each call: read columns with ``steps.column`` instead where it matters)."""
         return self.steps.matrix()
+
+
+class SegmentTable(Mapping[int, list[list[int]]]):
+    """Every request's output segments (``[instance_index, first_step, last_step]``, in
+    the order the request emitted them) by request id, held as arrays: ``rows`` a
+    ``(segments, 4)`` int64 array ``(request id, instance, first step, last step)`` in
+    request-id order, ``offsets`` where each request's rows start (``offsets[rid]`` to
+    ``offsets[rid + 1]``). Reads like the dict of lists it replaces (a lookup builds
+    that request's list); a run keeps about 40 bytes a request instead of a dict entry
+    and two lists."""
+
+    __slots__ = ("offsets", "rows")
+
+    def __init__(self, rows: np.ndarray, offsets: np.ndarray) -> None:
+        self.rows = rows
+        self.offsets = offsets
+
+    @classmethod
+    def from_flat(cls, flat: np.ndarray, num_requests: int) -> SegmentTable:
+        """From ``(segments, 4)`` rows ``(request id, instance, first, last)``, each
+        request's in the order it emitted them (requests in any order: sorted here,
+        stably, unless they already are)."""
+        flat = np.asarray(flat, dtype=np.int64).reshape(-1, 4)
+        rid = flat[:, 0]
+        if len(rid) > 1 and not bool(np.all(rid[1:] >= rid[:-1])):
+            flat = flat[np.argsort(rid, kind="stable")]
+            rid = flat[:, 0]
+        offsets = np.zeros(num_requests + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rid, minlength=num_requests), out=offsets[1:])
+        return cls(flat, offsets)
+
+    @classmethod
+    def from_dict(cls, segments: Mapping[int, list[list[int]]]) -> SegmentTable:
+        """From a dict of request id to segment lists (ids ``0 .. len - 1``)."""
+        if isinstance(segments, SegmentTable):
+            return segments
+        flat = [(rid, *seg) for rid in sorted(segments) for seg in segments[rid]]
+        return cls.from_flat(np.array(flat, dtype=np.int64).reshape(-1, 4), len(segments))
+
+    def request_ids(self) -> np.ndarray:
+        """Each row's request id."""
+        out: np.ndarray = self.rows[:, 0]
+        return out
+
+    def chunks_per_request(self) -> np.ndarray:
+        """Each request's output chunks: the steps its segments span (int64)."""
+        rows = self.rows
+        out = np.zeros(len(self), dtype=np.int64)
+        np.add.at(out, rows[:, 0], rows[:, 3] - rows[:, 2] + 1)
+        return out
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self)))
+
+    def __contains__(self, rid: object) -> bool:
+        return isinstance(rid, (int, np.integer)) and 0 <= int(rid) < len(self)
+
+    def __getitem__(self, rid: int) -> list[list[int]]:
+        if rid not in self:
+            raise KeyError(rid)
+        a, b = self.offsets[rid], self.offsets[rid + 1]
+        out: list[list[int]] = self.rows[a:b, 1:].tolist()
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SegmentTable):
+            return (np.array_equal(self.offsets, other.offsets)
+                    and np.array_equal(self.rows, other.rows))
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class RateSamples(Sequence[tuple[float, float]]):
+    """A link's (or port's) ``(time s, bytes/s in use)`` samples, taken on each change,
+    stored as one flat array of doubles (16 bytes a sample, not a tuple and two float
+    objects: a light-load run takes two samples a request). Reads like the list of
+    tuples it replaces; ``append`` takes one sample."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, samples: Iterable[tuple[float, float]] = ()) -> None:
+        self._data = array("d")
+        for sample in samples:
+            self._data.extend(sample)
+
+    def append(self, sample: tuple[float, float]) -> None:
+        self._data.extend(sample)
+
+    def __len__(self) -> int:
+        return len(self._data) // 2
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[float, float]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[float, float]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[float, float] | list[tuple[float, float]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        return self._data[2 * i], self._data[2 * i + 1]
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        it = iter(self._data)
+        return zip(it, it, strict=False)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.array(self._data, dtype=np.float64).reshape(-1, 2)
+        return out if dtype is None else out.astype(dtype)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RateSamples):
+            return self._data == other._data
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RateSamples({list(self)!r})"

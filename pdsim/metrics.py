@@ -12,12 +12,13 @@ Pure functions of the per-request records and the instances' step facts:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pdsim.facts import InstanceFacts, StepColumns
+from pdsim.facts import InstanceFacts, SegmentTable, StepColumns
 from pdsim.summary import (
     PERCENTILES,
     InstanceSummary,
@@ -49,6 +50,30 @@ def _column(records: Sequence[dict[str, Any]], key: str) -> Any:
     return [r[key] for r in records]
 
 
+class _FloatColumns(Mapping[str, np.ndarray]):
+    """The records' columns as float64, each converted when read and not kept (a column
+    of integers is a float copy: holding all of them at once was the summary's peak)."""
+
+    _KEYS = ("arrival_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "output_tokens",
+             "prompt_tokens", "kv_bytes_transferred", "kv_transfer_s",
+             "tokens_recomputed_on_d", "d_local_prefill_tokens", "num_drafts",
+             "num_draft_tokens", "num_accepted_tokens", "num_preemptions")
+
+    def __init__(self, records: Sequence[dict[str, Any]]) -> None:
+        self._records = records
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._KEYS:
+            raise KeyError(key)
+        return np.asarray(_column(self._records, key), dtype=np.float64)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._KEYS)
+
+    def __len__(self) -> int:
+        return len(self._KEYS)
+
+
 def _stats(values: np.ndarray) -> LatencyStats:
     """Mean, std and ``PERCENTILES`` of ``values`` (NaNs dropped); all NaN when empty."""
     v = values[~np.isnan(values)]
@@ -67,52 +92,122 @@ _SORT_RANGES = 16
 _SUM_LEAF = 1 << 16
 
 
-def itl_distribution(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
+class _Gaps:
+    """A run's inter-chunk gaps with their multiplicities, never all held at once: each
+    instance's step gaps that some request saw (a positive multiplicity), in instance and
+    step order, then the gaps across a preemption (in request-id order), made a block of
+    steps at a time from the step end times (``blocks``). Within a segment a request
+    emits a chunk every step, so step k's gap counts once for each segment containing
+    both k-1 and k; gaps across a preemption count once each."""
+
+    def __init__(self, instances: list[InstanceFacts], segments: Mapping[int, list[list[int]]],
+                 block: int = _GAP_BLOCK_STEPS) -> None:
+        table = SegmentTable.from_dict(segments)
+        rows = table.rows
+        inst, first, last = rows[:, 1], rows[:, 2], rows[:, 3]
+        # the gap from each segment's predecessor of the same request: its first step's
+        # end less the predecessor's last step's end
+        t_first = np.empty(len(rows))
+        t_last = np.empty(len(rows))
+        self.ends = [f.step_end_s for f in instances]
+        self.mult: list[np.ndarray] = []
+        for k, ends in enumerate(self.ends):
+            on = np.flatnonzero(inst == k)
+            t_first[on] = ends[first[on]]
+            t_last[on] = ends[last[on]]
+            spans = on[last[on] > first[on]]
+            self.mult.append(_multiplicities(len(ends) + 1, np.sort(first[spans] + 1),
+                                             np.sort(last[spans] + 1), block))
+            del on, spans
+        rid = table.request_ids()
+        follows = np.flatnonzero(rid[1:] == rid[:-1])
+        self.extra = t_first[follows + 1] - t_last[follows]
+        self.block = block
+        self.count = len(self.extra) + sum(
+            int(np.count_nonzero(m[1:len(e)])) for e, m in zip(self.ends, self.mult, strict=True))
+        # weights are whole numbers: their sum is exact
+        self.total = len(self.extra) + sum(int(np.add.reduce(m[1:len(e)], dtype=np.int64))
+                                           for e, m in zip(self.ends, self.mult, strict=True))
+        # the multiplicities in the narrowest unsigned type that holds them (one byte,
+        # mostly)
+        most = max([1, *(int(m.max()) for m in self.mult if len(m))])
+        self.weight_dtype = np.min_scalar_type(most)
+
+    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(gaps, multiplicities) a block of steps at a time, in order."""
+        for ends, mult in zip(self.ends, self.mult, strict=True):
+            for lo in range(1, len(ends), self.block):
+                hi = min(lo + self.block, len(ends))
+                seen = mult[lo:hi] > 0
+                yield (ends[lo:hi] - ends[lo - 1:hi - 1])[seen], mult[lo:hi][seen]
+        if len(self.extra):
+            yield self.extra, np.ones(len(self.extra), dtype=self.weight_dtype)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every gap and its multiplicity, in order (two arrays of ``count``)."""
+        vals = np.empty(self.count)
+        wts = np.empty(self.count, dtype=self.weight_dtype)
+        pos = 0
+        for v, w in self.blocks():
+            vals[pos:pos + len(v)] = v
+            wts[pos:pos + len(v)] = w
+            pos += len(v)
+        assert pos == self.count
+        return vals, wts
+
+    def gathered(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+        """The gaps strictly between ``lo`` and ``hi`` (equal to ``lo`` if ``lo == hi``)
+        and their multiplicities, in order."""
+        vs, ws = [], []
+        for v, w in self.blocks():
+            inside = v == lo if lo == hi else (v > lo) & (v < hi)
+            vs.append(v[inside])
+            ws.append(w[inside])
+        if not vs:
+            return np.empty(0), np.empty(0, dtype=self.weight_dtype)
+        return np.concatenate(vs), np.concatenate(ws)
+
+    def sample(self, per_block: int) -> tuple[np.ndarray, bool]:
+        """About ``per_block`` gaps of each block, sorted, and whether any gap is NaN."""
+        parts, nan = [], False
+        for v, _ in self.blocks():
+            if len(v):
+                parts.append(v[::max(1, len(v) // per_block)].copy())  # not a view
+                nan = nan or bool(np.isnan(v).any())
+        return (np.sort(np.concatenate(parts)) if parts else np.empty(0)), nan
+
+
+def _multiplicities(n: int, opens: np.ndarray, closes: np.ndarray, block: int
+                    ) -> np.ndarray:
+    """``c[j]`` = opens at or before ``j`` less closes at or before ``j``, for ``j < n``
+    (the cumulative sum of +1 at each open and -1 at each close; ``opens`` and
+    ``closes`` sorted), in the narrowest unsigned type that holds them (every count is
+    >= 0), made a block at a time: no whole-run array wider than that type."""
+    def part(lo: int) -> np.ndarray:
+        at = np.arange(lo, min(lo + block, n))
+        out: np.ndarray = (np.searchsorted(opens, at, side="right")
+                           - np.searchsorted(closes, at, side="right"))
+        return out
+
+    most = max((int(part(lo).max()) for lo in range(0, n, block)), default=0)
+    c = np.empty(n, dtype=np.min_scalar_type(most))
+    for lo in range(0, n, block):
+        c[lo:lo + block] = part(lo)
+    return c
+
+
+def itl_distribution(instances: list[InstanceFacts],
+                     segments: Mapping[int, list[list[int]]]
                      ) -> tuple[np.ndarray, np.ndarray]:
     """The inter-chunk gaps as (gap values, multiplicities), without per-chunk lists: each
     instance's step gaps that some request saw (a positive multiplicity, unsigned), in
-    instance and step order, then the gaps across a preemption.
+    instance and step order, then the gaps across a preemption (in request-id order).
 
     Within a segment a request emits a chunk every step, so step k's gap counts once for
     each segment containing both k-1 and k; gaps across a preemption are added singly.
+    ``segments``: a ``SegmentTable`` (a dict of lists is converted).
     """
-    counts = [np.zeros(len(f.step_end_s) + 1, dtype=np.int32) for f in instances]
-    extra: list[float] = []
-    for segs in segments.values():
-        prev_end = None
-        for i, a, b in segs:
-            if b > a:
-                counts[i][a + 1] += 1
-                counts[i][b + 1] -= 1
-            t0 = instances[i].step_end_s[a]
-            if prev_end is not None:
-                extra.append(t0 - prev_end)
-            prev_end = instances[i].step_end_s[b]
-    for k, c in enumerate(counts):
-        np.cumsum(c, out=c)  # c[k]: the segments step k - 1's gap counts for
-        counts[k] = c.astype(np.min_scalar_type(int(c.max()) if len(c) else 0))  # >= 0
-        del c
-    total = len(extra) + sum(int(np.count_nonzero(c[1:len(f.step_end_s)]))
-                             for f, c in zip(instances, counts, strict=True))
-    vals = np.empty(total)
-    # the multiplicities in the narrowest unsigned type that holds them (one byte, mostly)
-    most = max([1, *(int(c.max()) for c in counts if len(c))])
-    wts = np.empty(total, dtype=np.min_scalar_type(most))
-    pos = 0
-    for k, f in enumerate(instances):
-        ends, mult = f.step_end_s, counts[k]
-        for lo in range(1, len(ends), _GAP_BLOCK_STEPS):
-            hi = min(lo + _GAP_BLOCK_STEPS, len(ends))
-            seen = mult[lo:hi] > 0
-            gaps = ends[lo:hi] - ends[lo - 1:hi - 1]
-            n = int(np.count_nonzero(seen))
-            vals[pos:pos + n] = gaps[seen]
-            wts[pos:pos + n] = mult[lo:hi][seen]
-            pos += n
-        counts[k] = mult = np.empty(0, dtype=np.int32)  # freed as it goes
-    vals[pos:] = extra
-    wts[pos:] = 1
-    return vals, wts
+    return _Gaps(instances, segments).arrays()
 
 
 def _pairwise_sum(term: Callable[[slice], np.ndarray], n: int, leaf: int = _SUM_LEAF
@@ -198,14 +293,27 @@ def _positions(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.intp)
 
 
-def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]]]
+def itl_stats(instances: list[InstanceFacts], segments: Mapping[int, list[list[int]]]
               ) -> LatencyStats:
     """ITL statistics: the mean, std and weighted ``PERCENTILES`` (as ``np.percentile``
-    gives them) of the gaps of ``itl_distribution``, sorted with one copy of them alive
-    at a time (a light-load run has millions of steps)."""
-    v, w = itl_distribution(instances, segments)
-    if not len(v):
+    gives them) of the gaps of ``itl_distribution``. Up to ``_SORT_RANGE_MIN`` gaps they
+    are gathered and sorted at once; above it (a light-load run has millions of steps)
+    they are never all held: ``_streamed_stats`` takes them in value order a range of
+    values at a time, twice, with the same figures bit for bit."""
+    gaps = _Gaps(instances, segments)
+    if not gaps.count:
         return LatencyStats(NAN, NAN, *(NAN for _ in PERCENTILES))
+    if gaps.count > _SORT_RANGE_MIN:
+        stats = _streamed_stats(gaps)
+        if stats is not None:
+            return stats
+    v, w = gaps.arrays()
+    del gaps
+    return _sorted_stats(v, w)
+
+
+def _sorted_stats(v: np.ndarray, w: np.ndarray) -> LatencyStats:
+    """The statistics of gaps ``v`` with multiplicities ``w`` (both consumed), sorted."""
     w = _in_value_order(v, w)
     v.sort()  # the same values a stable sort gives, sorted in place
     # weights are whole numbers: their sums are exact in doubles and in integers alike
@@ -216,23 +324,167 @@ def itl_stats(instances: list[InstanceFacts], segments: dict[int, list[list[int]
     return LatencyStats(mean, std, *_weighted_percentiles(v, w, int(total)))
 
 
+def _value_ranges(gaps: _Gaps, ranges: int) -> list[tuple[float, float]] | None:
+    """Ranges of values that split the gaps in value order: open ranges between values
+    sampled from them, each sampled value a range of its own (``lo == hi``); None when a
+    gap is NaN (the sort's order of NaNs is left to the whole-array path)."""
+    sample, nan = gaps.sample(max(1, 64 * ranges * gaps.block // max(1, gaps.count)))
+    if nan or not len(sample):
+        return None
+    cuts = np.unique(sample[np.linspace(0, len(sample) - 1, ranges + 1, dtype=np.intp)])
+    out: list[tuple[float, float]] = []
+    lo = -math.inf
+    for cut in [*cuts.tolist(), math.inf]:
+        out.append((lo, cut))
+        if cut != math.inf:
+            out.append((cut, cut))
+        lo = cut
+    return out
+
+
+def _in_order(gaps: _Gaps, spans: list[tuple[float, float]], size: int
+              ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The gaps and their multiplicities in the order a stable sort by value gives, one
+    range of values at a time (``_value_ranges``), in pieces of at most ``size`` (copies:
+    a range's arrays are gone before the next range is gathered)."""
+    for lo, hi in spans:
+        v, w = gaps.gathered(lo, hi)
+        if len(v) and lo != hi:
+            order = np.argsort(v, kind="stable")
+            v = v[order]
+            w = w[order]
+            del order
+        for at in range(0, len(v), size):
+            yield v[at:at + size].copy(), w[at:at + size].copy()
+        del v, w
+
+
+class _LeafSums:
+    """The leaf sums of ``_pairwise_sum``'s split of ``n`` terms, fed the terms in order
+    a piece at a time (pieces of any length): each leaf is reduced by numpy as the
+    whole-array path reduces it, so ``_combine`` gives the same sum bit for bit."""
+
+    def __init__(self, n: int, leaf: int) -> None:
+        self.n, self.leaf = n, leaf
+        self._sizes = deque(hi - lo for lo, hi in _leaves(n, leaf))
+        self._buf: list[np.ndarray] = []
+        self._have = 0
+        self.sums: list[float] = []
+
+    def feed(self, terms: np.ndarray) -> None:
+        pos = 0
+        while self._sizes:
+            need = self._sizes[0] - self._have
+            if len(terms) - pos < need:
+                break
+            part = terms[pos:pos + need]
+            leaf = np.concatenate([*self._buf, part]) if self._buf else part
+            self.sums.append(float(np.add.reduce(leaf, initial=0.0)))
+            self._sizes.popleft()
+            self._buf, self._have = [], 0
+            pos += need
+        if pos < len(terms):
+            self._buf.append(terms[pos:])
+            self._have += len(terms) - pos
+
+    def total(self) -> float:
+        assert not self._sizes and not self._buf, "fed fewer terms than planned"
+        return _combine(self.n, self.leaf, iter(self.sums))
+
+
+def _leaves(n: int, leaf: int) -> list[tuple[int, int]]:
+    """The leaves ``_pairwise_sum`` reduces, in order."""
+    if n <= leaf:
+        return [(0, n)]
+    out: list[tuple[int, int]] = []
+
+    def part(lo: int, hi: int) -> None:
+        if hi - lo <= leaf:
+            out.append((lo, hi))
+            return
+        half = (hi - lo) // 2
+        half -= half % 8
+        part(lo, lo + half)
+        part(lo + half, hi)
+
+    part(0, n)
+    return out
+
+
+def _combine(n: int, leaf: int, sums: Iterator[float]) -> float:
+    """``_pairwise_sum``'s additions over its leaves' sums, in its order."""
+    if n <= leaf:
+        return next(sums)
+
+    def part(lo: int, hi: int) -> float:
+        if hi - lo <= leaf:
+            return next(sums)
+        half = (hi - lo) // 2
+        half -= half % 8
+        return part(lo, lo + half) + part(lo + half, hi)
+
+    return part(0, n)
+
+
+def _streamed_stats(gaps: _Gaps, ranges: int = _SORT_RANGES, leaf: int = _SUM_LEAF
+                    ) -> LatencyStats | None:
+    """``_sorted_stats`` of every gap, bit for bit, with one range of values held at a
+    time: a pass in value order sums the mean's terms leaf by leaf (``_LeafSums``) and
+    finds the percentiles' elements from the cumulative weights; a second pass sums the
+    std's terms. None when a gap is NaN (the caller takes the whole-array path)."""
+    spans = _value_ranges(gaps, ranges)
+    if spans is None:
+        return None
+    n, total = gaps.count, gaps.total
+    ranks, lows, targets = _percentile_targets(total)
+    found: list[float | None] = [None] * len(targets)
+    mean_terms = _LeafSums(n, leaf)
+    before, last = 0, math.nan
+    for v, w in _in_order(gaps, spans, gaps.block):
+        mean_terms.feed(v * w)
+        cum = np.cumsum(w, dtype=np.int64)
+        cum += before
+        for j, t in enumerate(targets):
+            if found[j] is None and t <= cum[-1]:
+                found[j] = float(v[int(np.searchsorted(cum, t, side="left"))])
+        before, last = int(cum[-1]), float(v[-1])
+    mean = float(mean_terms.total() / float(total))
+    std_terms = _LeafSums(n, leaf)
+    for v, w in _in_order(gaps, spans, gaps.block):
+        std_terms.feed(w * (v - mean) ** 2)
+    std = float(math.sqrt(max(0.0, std_terms.total() / float(total))))
+    values = [last if x is None else x for x in found]  # unreached: the last gap
+    return LatencyStats(mean, std, *_lerp(ranks, lows, values))
+
+
+def _percentile_targets(n: int) -> tuple[list[float], list[int], list[int]]:
+    """The ranks of ``PERCENTILES`` in ``n`` weighted gaps, their floors, and the
+    cumulative weights whose first reaching gives each rank's two neighbours."""
+    ranks = [p / 100.0 * (n - 1) for p in PERCENTILES]
+    lows = [math.floor(r) for r in ranks]
+    return ranks, lows, [k + 1 for k in lows] + [min(k + 1, n - 1) + 1 for k in lows]
+
+
+def _lerp(ranks: list[float], lows: list[int], values: list[float]) -> list[float]:
+    """Each percentile from its two neighbours (``values``: the lower ones, then the
+    upper ones), by numpy's lerp, which interpolates from the nearer end."""
+    out = []
+    for j, (r, k) in enumerate(zip(ranks, lows, strict=True)):
+        a, b = values[j], values[j + len(lows)]
+        t = r - k
+        out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
+    return out
+
+
 def _weighted_percentiles(v: np.ndarray, w: np.ndarray, n: int) -> list[float]:
     """``np.percentile(np.repeat(v, w), PERCENTILES)`` (linear interpolation, vLLM's
     ``vllm bench serve`` definition, so summary.json and bench_result.json give one p99
     ITL), without the repeated array: ``v`` sorted, ``w`` its whole-number weights
     summing to ``n``. Element k (0-based) of the repeated array is ``v[i]`` for the first
     ``i`` whose cumulative weight reaches k + 1."""
-    ranks = [p / 100.0 * (n - 1) for p in PERCENTILES]
-    lows = [math.floor(r) for r in ranks]
-    idx = _first_reaching(w, [k + 1 for k in lows] + [min(k + 1, n - 1) + 1 for k in lows])
-    out = []
-    for j, (r, k) in enumerate(zip(ranks, lows, strict=True)):
-        a = float(v[min(idx[j], len(v) - 1)])
-        b = float(v[min(idx[j + len(lows)], len(v) - 1)])
-        t = r - k
-        # numpy's lerp, which interpolates from the nearer end
-        out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
-    return out
+    ranks, lows, targets = _percentile_targets(n)
+    idx = _first_reaching(w, targets)
+    return _lerp(ranks, lows, [float(v[min(i, len(v) - 1)]) for i in idx])
 
 
 def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: np.ndarray,
@@ -244,18 +496,13 @@ def time_weighted_mean(times_start: np.ndarray, times_end: np.ndarray, values: n
 
 
 def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
-              segments: dict[int, list[list[int]]], config: SimConfig,
+              segments: Mapping[int, list[list[int]]], config: SimConfig,
               itl: LatencyStats | None = None) -> RunSummary:
     """The run's metrics, from its facts alone (the cluster-level counters, such as
     ``kv_lease_expired``, are left at their defaults for ``results_from`` to fill).
     ``itl``: ``itl_stats(instances, segments)`` if already computed."""
     n = len(records)
-    col = {k: np.asarray(_column(records, k), dtype=np.float64)
-           for k in ("arrival_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "output_tokens",
-                     "prompt_tokens", "kv_bytes_transferred", "kv_transfer_s",
-                     "tokens_recomputed_on_d", "d_local_prefill_tokens", "num_drafts",
-                     "num_draft_tokens", "num_accepted_tokens", "num_preemptions")} \
-        if n else {}
+    col: Mapping[str, np.ndarray] = _FloatColumns(records) if n else {}
     status = list(_column(records, "status"))
     finished = np.asarray([s == "finished" for s in status], dtype=bool)
     completed = int(finished.sum())
@@ -307,7 +554,7 @@ def summarize(records: Sequence[dict[str, Any]], instances: list[InstanceFacts],
     )
 
 
-def _spec_decode(records: Sequence[dict[str, Any]], col: dict[str, np.ndarray],
+def _spec_decode(records: Sequence[dict[str, Any]], col: Mapping[str, np.ndarray],
                  config: SimConfig) -> SpecDecodeSummary:
     """Speculative decoding, vLLM's counters and definitions."""
     n = len(records)
@@ -328,7 +575,7 @@ def _spec_decode(records: Sequence[dict[str, Any]], col: dict[str, np.ndarray],
     )
 
 
-def _slo(col: dict[str, np.ndarray], finished: np.ndarray, duration: float,
+def _slo(col: Mapping[str, np.ndarray], finished: np.ndarray, duration: float,
          config: SimConfig) -> SloSummary | None:
     """SLO attainment and goodput; None when the config sets no TTFT or TPOT target."""
     slo = config.slo

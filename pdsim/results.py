@@ -8,13 +8,13 @@ from them by ``pdsim.metrics.summarize``, which states the metric definitions.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from pdsim.facts import InstanceFacts
+from pdsim.facts import InstanceFacts, SegmentTable
 from pdsim.metrics import chunk_times, itl_stats, summarize
 from pdsim.summary import (
     RunSummary,
@@ -94,8 +94,9 @@ class Results:
     summary: RunSummary
     # (time s, bytes/s in use) samples of each P->D link that carried a transfer, or, with
     # connector.topology, of each NIC direction / NVLink port a flow crossed
-    links: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    segments: dict[int, list[list[int]]] = field(default_factory=dict)
+    links: Mapping[str, Sequence[tuple[float, float]]] = field(default_factory=dict)
+    # every request's output segments by id (``SegmentTable``: reads as a dict of lists)
+    segments: Mapping[int, list[list[int]]] = field(default_factory=dict)
     partial: bool = False
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -147,15 +148,16 @@ def summary_only(config: SimConfig) -> SimConfig:
 class RunFacts:
     """What a simulation hands over when it is finalized (``Simulation.finalize``), a
     plain value the results are built from alone: the requests' facts by column
-    (``pdsim.engine.request.request_columns``), their output segments, the instances'
+    (``pdsim.engine.request.RequestFacts.columns``), their output segments (``(segments,
+    4)`` int64 rows: request id, instance, first step, last step), the instances'
     snapshots, link samples, fault counts and the acceptance table. ``done``: every
     request had ended and the run handed its own lists and table over (no copies)."""
 
     config: SimConfig
     columns: dict[str, Any]
-    segments: dict[int, list[list[int]]]
+    segments: np.ndarray
     snapshots: list[InstanceSnapshot]
-    links: dict[str, list[tuple[float, float]]]
+    links: Mapping[str, Sequence[tuple[float, float]]]
     faults: dict[str, int]
     kv_lease_expired: int
     done: bool
@@ -180,7 +182,6 @@ def results_from(facts: RunFacts) -> Results:
     """The ``Results`` of a finished (or interrupted) simulation, from its facts."""
     snapshots = facts.snapshots
     inst_facts = [snap.facts for snap in snapshots]
-    segments = facts.segments
     columns = facts.columns
     # requests still decoding when the run stopped (an interrupted run): their counters
     # and their open output segment are in their instance's decode rows
@@ -188,10 +189,14 @@ def results_from(facts: RunFacts) -> Results:
     for snap in snapshots:
         for rid, row in snap.live_rows.items():
             live[rid] = (snap, row)
-    for rid, (snap, row) in live.items():
-        last = len(snap.facts.step_end_s) - 1
-        if last >= row.segment_first_step:
-            segments[rid].append([snap.index, row.segment_first_step, last])
+    flat: np.ndarray = facts.segments
+    open_segments = [(rid, snap.index, row.segment_first_step, len(snap.facts.step_end_s) - 1)
+                     for rid, (snap, row) in live.items()
+                     if len(snap.facts.step_end_s) - 1 >= row.segment_first_step]
+    if open_segments:
+        flat = np.concatenate([flat, np.array(open_segments, dtype=np.int64)])
+    segments = SegmentTable.from_flat(flat, len(columns["request_id"]))
+    del flat
     # the ITL statistics first: their temporary arrays (one entry per step) are gone
     # before the records' derived columns are built
     itl = itl_stats(inst_facts, segments)
@@ -212,9 +217,7 @@ def results_from(facts: RunFacts) -> Results:
     columns["ttft_s"] = ttft
     columns["tpot_s"] = tpot
     columns["e2e_s"] = e2e
-    columns["num_chunks"] = np.fromiter(
-        (sum(b - a + 1 for _, a, b in segments[rid]) for rid in ids.tolist()),
-        dtype=np.int64, count=len(ids))
+    columns["num_chunks"] = segments.chunks_per_request()
     columns["kv_transfer_s"] = t_end - t_start
     columns = {k: columns[k] for k in RECORD_FIELDS}
     for rid, (_, row) in live.items():

@@ -20,7 +20,7 @@ from pdsim.engine.connector import ConnectorScheduler, KVTransferParams
 from pdsim.engine.dp_group import DPGroup
 from pdsim.engine.events import EngineEnvironment
 from pdsim.engine.instance import EngineHooks, Instance
-from pdsim.engine.request import Request, RequestFacts, Status, with_room
+from pdsim.engine.request import HandOver, Request, RequestFacts, Status, with_room
 from pdsim.engine.router import make_router
 from pdsim.engine.transfers import make_network
 from pdsim.faults import FaultState
@@ -220,14 +220,18 @@ class Simulation:
         it takes requests live (``add_request``: more may come and write into them)."""
         snapshots = [inst.snapshot() for inst in self.instances]
         self._record_ended()
-        done = self.done and not any(snap.live_rows for snap in snapshots)
+        # every request has ended (``run`` stops here: the event that says so is then
+        # triggered, not yet processed, so ``done`` would still be False) and nothing
+        # more will write the columns
+        ended = (self.num_requests > 0 and self.num_done == self.num_requests
+                 and not any(snap.live_rows for snap in snapshots))
         pool_of = {inst.name: inst.pool_name for inst in self.instances}
         live = [self._live[i] for i in sorted(self._live)]
-        hand_over = done and not live and self._pregenerated
+        hand_over = ended and not live and self._pregenerated
         columns, segments = self.request_facts.columns(live, pool_of, self.accepted_per_pos,
                                                       hand_over)
         return RunFacts(self.config, columns, segments, snapshots, self.network.samples(),
-                        dict(self.faults.counts), self.lease_expired, done)
+                        dict(self.faults.counts), self.lease_expired, hand_over)
 
     def _record_ended(self, keep_unsettled: bool = False) -> None:
         """Write the ended requests' facts into the columns and let them go. A request
@@ -361,6 +365,7 @@ class Simulation:
         params.remote_engine_id = p.name
         params.remote_num_tokens = req.p_prompt_tokens
         params.remote_block_ids = tuple(p.pool.tables.get(req.id, ()))
+        req.handover = HandOver(req.attempts, p.name, req.p_end_s)
         if req.id in self.client_handover:
             self._watch_leases(p)  # P keeps the blocks for the lease; the client forwards
             return
@@ -376,11 +381,13 @@ class Simulation:
         ``d`` with its kv_transfer_params: the proxy's second hop (the built-in one, or a
         client's under ``client_handover``)."""
         p = self.by_name[req.p_instance]
-        req.d_instance = d.name
-        req.d_queued_s = self.env.now
+        handover = req.handover
+        assert handover is not None and handover.p_name == p.name
+        req.d_instance = handover.d_name = d.name
+        req.d_queued_s = handover.sent_s = self.env.now
         req.seq_tokens = req.prompt_tokens
         remote = self.connector.remote_prefill_token_count(req.prompt_tokens)
-        req.remote_tokens = min(remote, req.p_prompt_tokens)
+        req.remote_tokens = handover.kv_tokens = min(remote, req.p_prompt_tokens)
         if req.remote_tokens == 0:
             p.release_pinned(req)
             req.recompute_prompt_on_d()
@@ -430,7 +437,9 @@ class Simulation:
         p = self.by_name[req.p_instance]
         network = self.network
         nbytes = p.layout.transfer_bytes(req.remote_tokens)
-        req.transfer_start_s = self.env.now
+        handover = req.handover
+        assert handover is not None
+        handover.kv_start_s = self.env.now
         tid = next(self._tids)
 
         def begin(_e: object) -> None:
@@ -461,8 +470,8 @@ class Simulation:
             self._transfers.pop(req.id, None)
             if req.kv_params is not None:
                 req.kv_params.remote_block_ids = ()  # read: P frees them now
-            req.transfer_end_s = now
-            req.kv_bytes = nbytes  # counted when landed: a failed transfer moved none here
+            handover.kv_landed_s = now
+            handover.kv_nbytes = nbytes  # counted when landed: a failed load moved none
             p.release_pinned(req)  # D notifies P, which frees the blocks
             d.kv_landed(req)
 
@@ -472,6 +481,8 @@ class Simulation:
     def _transfer_failed(self, req: Request, p: Instance, d: Instance, reason: str) -> None:
         """A transfer cannot complete: P frees its blocks, D recomputes or fails."""
         self._transfers.pop(req.id, None)
+        if req.handover is not None:
+            req.handover.kv_failed = reason
         p.release_pinned(req)
         recompute = self.config.connector.kv_load_failure_policy == "recompute"
         d.kv_load_failed(req, recompute, reason)
@@ -538,6 +549,7 @@ class Simulation:
                 req.attempts += 1
                 self.faults.counts["retries"] += 1
                 req.start_attempt()
+                req.handover = None  # the retry's hand-over, if any, is a new record
                 self._dispatch(req)
             else:
                 self.fail(req, "instance_down")

@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,10 @@ sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 
 def _canon(value: Any) -> Any:
     """A JSON-able form of ``value`` that keeps every float bit (repr round-trips)."""
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # a dict, or a table read as one (``SegmentTable``)
         return {str(k): _canon(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(value, (list, tuple)):
-        return [_canon(v) for v in value]
+    if isinstance(value, (list, tuple, Sequence)) and not isinstance(value, str):
+        return [_canon(v) for v in value]  # a list, or a sequence read as one (RateSamples)
     if isinstance(value, np.ndarray):
         return [_canon(v) for v in value.tolist()]
     if isinstance(value, (np.floating, float)):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pdsim.config import SimConfig
+from pdsim.facts import RateSamples
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -115,7 +116,7 @@ class Link:
     _gen: int = 0
     bytes_moved: float = 0.0
     busy_s: float = 0.0
-    samples: list[tuple[float, float]] = field(default_factory=list)
+    samples: RateSamples = field(default_factory=RateSamples)
 
     @property
     def active(self) -> int:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from itertools import count
 from typing import TYPE_CHECKING
 
+from pdsim.facts import RateSamples
+
 if TYPE_CHECKING:
     import simpy
 
@@ -33,7 +35,7 @@ class Port:
         self.name = name
         self.capacity_bytes_per_s = capacity_bytes_per_s
         self.used_bytes_per_s = 0.0
-        self.samples: list[tuple[float, float]] = []  # (time, bytes/s in use), on change
+        self.samples = RateSamples()  # (time, bytes/s in use), on change
 
 
 class Flow:

@@ -37,6 +37,37 @@ class Status(enum.Enum):
     REJECTED = "rejected"
 
 
+class HandOver:
+    """The facts of one P -> D hand-over attempt of a request, in one small record that
+    only the ``Simulation`` writes (a test checks the writes): which P prefilled it and
+    when its blocks were pinned, which D it went to and when, the prompt tokens D loads
+    from P, when the KV load was asked for and when it landed (or why it failed), and
+    the bytes moved. A request holds the record of its current attempt
+    (``Request.handover``; None before P finishes, and on a colocated instance); an
+    outage retry (``attempt`` + 1) starts a new one. The records and the invariant
+    checker read the hand-over's facts from here."""
+
+    __slots__ = ("attempt", "d_name", "kv_failed", "kv_landed_s", "kv_nbytes", "kv_start_s",
+                 "kv_tokens", "p_name", "pinned_s", "sent_s")
+
+    def __init__(self, attempt: int, p_name: str, pinned_s: float) -> None:
+        self.attempt = attempt  # the request's attempt: 0, then + 1 per outage retry
+        self.p_name = p_name  # the prefill instance whose blocks D reads
+        self.pinned_s = pinned_s  # P computed the prompt; its blocks stay for D
+        self.d_name = ""  # the decode instance it was sent to ('' until then)
+        self.sent_s = NAN  # when D got it (the proxy's second hop)
+        self.kv_tokens = 0  # prompt tokens D loads from P (0: D computes them all)
+        self.kv_start_s = NAN  # D allocated blocks and asked for the load
+        self.kv_landed_s = NAN  # the KV landed on D
+        self.kv_nbytes = 0  # bytes moved, counted when landed (a failed load moved none)
+        self.kv_failed = ""  # why the load failed ('' unless it did)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (f"HandOver({self.p_name}->{self.d_name or '?'}, attempt {self.attempt}, "
+                f"tokens {self.kv_tokens}, start {self.kv_start_s}, landed "
+                f"{self.kv_landed_s}{', failed ' + self.kv_failed if self.kv_failed else ''})")
+
+
 class Request:
     """One request. Mutable working fields for the instance that holds it, plus facts.
 
@@ -59,9 +90,9 @@ class Request:
         "final_chunk_tokens",
         "finish_s",
         "first_token_s",
+        "handover",
         "hash_ids",
         "id",
-        "kv_bytes",
         "kv_from_remote",
         "kv_params",
         "num_accepted_tokens",
@@ -87,8 +118,6 @@ class Request:
         "slot",
         "status",
         "tokens_recomputed_on_d",
-        "transfer_end_s",
-        "transfer_start_s",
     )
 
     def __init__(self, rid: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -109,6 +138,8 @@ class Request:
         self.d_instance = ""
         self.first_token_s = NAN
         self.finish_s = NAN
+        # the current attempt's hand-over record (only the Simulation writes it)
+        self.handover: HandOver | None = None
         self.start_attempt()
         self.num_preemptions = 0
         self.p_preemptions = 0
@@ -126,6 +157,26 @@ class Request:
             self._accepted = accepted
             self._accepted_row = rid
 
+    # The hand-over's facts, read from its record (NaN / 0 without one).
+
+    @property
+    def transfer_start_s(self) -> float:
+        """When D asked for the KV load of this attempt (NaN if it never did)."""
+        h = self.handover
+        return NAN if h is None else h.kv_start_s
+
+    @property
+    def transfer_end_s(self) -> float:
+        """When this attempt's KV landed on D (NaN if it has not)."""
+        h = self.handover
+        return NAN if h is None else h.kv_landed_s
+
+    @property
+    def kv_bytes(self) -> int:
+        """The bytes this attempt's KV load moved (0 unless it landed)."""
+        h = self.handover
+        return 0 if h is None else h.kv_nbytes
+
     @property
     def accepted_per_pos(self) -> np.ndarray:
         """Drafts accepted at each position (a view of its row: ``+=`` adds in place)."""
@@ -142,7 +193,8 @@ class Request:
 
     def start_attempt(self) -> None:
         """Clear the working state and the per-hop facts: the request (again) starts at
-        the proxy, before P (on creation, and on a retry after an outage)."""
+        the proxy, before P (on creation, and on a retry after an outage; the Simulation
+        then starts a new hand-over record too)."""
         self.kv_params: KVTransferParams | None = None
         self.phase = Phase.WAITING
         self.seq_tokens = self.prompt_tokens  # tokens whose KV the instance must hold
@@ -155,10 +207,7 @@ class Request:
         self.p_queued_s = NAN
         self.p_start_s = NAN
         self.p_end_s = NAN
-        self.transfer_start_s = NAN
-        self.transfer_end_s = NAN
         self.d_queued_s = NAN
-        self.kv_bytes = 0
         self.tokens_recomputed_on_d = 0
         self.d_local_prefill_tokens = 0
 
@@ -302,6 +351,8 @@ class RequestFacts:
         self.finished = np.zeros(n, dtype=bool)
         # output segments (request id, instance, first step, last step), flat
         self.segments = array("q")
+        # the segments in request-id order once handed over (``columns`` with ``done``)
+        self._handed_segments: np.ndarray | None = None
         # rows recorded since the last flush: ids, numeric facts, (status, objects)
         self._ids: list[int] = []
         self._numbers: list[tuple[Any, ...]] = []
@@ -370,24 +421,46 @@ class RequestFacts:
                 col[rid] = value
         self._ids, self._numbers, self._others = [], [], []
 
+    def _segments_by_id(self, live: Sequence[Request], done: bool) -> np.ndarray:
+        """The recorded segments and the ``live`` requests', as ``(segments, 4)`` rows in
+        request-id order (a stable sort: each request's stay in the order it emitted
+        them). ``done``: handed over, and kept for a later call in place of the flat
+        store (nothing is recorded after it)."""
+        if done and self._handed_segments is not None and not len(self.segments):
+            return self._handed_segments
+        flat = self.segments
+        extra = [(req.id, *seg) for req in live for seg in req.segments]
+        rows = np.frombuffer(flat, dtype=np.int64).reshape(-1, 4) if len(flat) else \
+            np.empty((0, 4), dtype=np.int64)
+        if extra:
+            rows = np.concatenate([rows, np.array(extra, dtype=np.int64).reshape(-1, 4)])
+        rid = rows[:, 0]
+        if len(rid) > 1 and not bool(np.all(rid[1:] >= rid[:-1])):
+            rows = rows[np.argsort(rid, kind="stable")]
+        elif rows.base is not None and not done:
+            rows = rows.copy()  # not a view of the store the run goes on writing
+        if done:
+            self.segments = array("q")
+            self._handed_segments = rows
+        return rows
+
     def columns(self, live: Sequence[Request], pool_of: Mapping[str, str],
                 accepted_per_pos: np.ndarray, done: bool
-                ) -> tuple[dict[str, Any], dict[int, list[list[int]]]]:
+                ) -> tuple[dict[str, Any], np.ndarray]:
         """The records' raw columns (``_finished`` says which finished) and every
-        request's output segments by id, with the facts of the ``live`` requests (not yet
-        recorded: still in flight) written over their rows. ``done``: the run is over
-        and nothing is live, so the columns and the acceptance table are handed over
-        rather than copied."""
+        request's output segments as ``(segments, 4)`` int64 rows ``(request id,
+        instance, first step, last step)`` in request-id order (each request's in the
+        order it emitted them), with the facts of the ``live``
+        requests (not yet recorded: still in flight) written over their rows. ``done``:
+        the run is over and nothing is live, so the columns, the segments and the
+        acceptance table are handed over rather than copied."""
         self._flush()
         n = self.num_requests  # the arrays may have room for more rows (``add``)
         numeric = {k: v[:n] if done else v[:n].copy() for k, v in self.numeric.items()}
         objects = self.objects if done else {k: list(v) for k, v in self.objects.items()}
         status = self.status if done else list(self.status)
         finished = self.finished[:n] if done else self.finished[:n].copy()
-        segments: dict[int, list[list[int]]] = {rid: [] for rid in range(n)}
-        flat = self.segments
-        for k in range(0, len(flat), 4):
-            segments[flat[k]].append([flat[k + 1], flat[k + 2], flat[k + 3]])
+        segments = self._segments_by_id(live, done)
         for req in live:
             rid = req.id
             for name, attr, _ in _NUMERIC_FACTS:
@@ -396,7 +469,6 @@ class RequestFacts:
                 objects[name][rid] = getattr(req, attr)
             status[rid] = req.status.value
             finished[rid] = req.status is Status.FINISHED
-            segments[rid] = [list(seg) for seg in req.segments]
         cols: dict[str, Any] = {
             "request_id": np.arange(n, dtype=np.int64),
             "status": status,

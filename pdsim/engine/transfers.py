@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from pdsim.config import Role
 from pdsim.engine.connector import Link
 from pdsim.engine.fabric import Fabric, Port
+from pdsim.facts import RateSamples
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.topology_config import TopologyConfig, instance_gpus, place, tensor_parallel_size
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from pdsim.config import InstanceGroupConfig, SimConfig
     from pdsim.engine.instance import Instance
 
-Samples = list[tuple[float, float]]
+Samples = RateSamples
 _ALL = "*"  # a degradation of every link or NIC
 
 

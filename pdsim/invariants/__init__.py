@@ -23,9 +23,14 @@ Invariants (after every event):
    lease expired, the transfer failed or an instance went down): never twice, and by the
    end of the run exactly once per attempt that finished its prefill.
 5. **D never computes on KV it does not have**: a request enters a D instance's batch
-   either with nothing computed (local recompute) or with its remote KV landed
-   (``transfer_end_s`` set, not in the future) and no more tokens computed than it
-   loaded; nothing in the batch is still waiting for remote KV.
+   either with nothing computed (local recompute) or with its remote KV landed (its
+   hand-over record, ``HandOver``, has ``kv_landed_s`` set, not in the future, and
+   names this D) and no more tokens computed than it loaded (the record's
+   ``kv_tokens``); nothing in the batch is still waiting for remote KV. The record of
+   the current attempt agrees with the request (its P, pin time, D and queue time), a
+   load that landed counts the bytes P's layout gives and never also failed, and a P
+   pins only requests whose record names it. The hand-over's facts are read from the
+   record the Simulation writes, never from the request's working fields.
 6. **Per-request timestamps are ordered** (those that are set): arrival <= p_queued <=
    p_start <= p_end <= d_queued <= transfer_start <= transfer_end <= first_token <=
    finish; none is later than the end of a step an instance has already committed; once

@@ -15,6 +15,8 @@ from pdsim.invariants.checks import (
     _attempt,
     _dispatched,
     _fail,
+    _landed_s,
+    _stamp,
     check_invariants,
 )
 from pdsim.simulation import Simulation
@@ -52,9 +54,13 @@ class InvariantChecker:
 
     def _on_p_free(self, inst: Instance, owner: int, had_table: bool) -> None:
         req = self._by_id.get(owner)
-        if req is None or not had_table or math.isnan(req.p_end_s):
+        handover = req.handover if req is not None else None
+        if handover is None or not had_table:
             return  # preemption on P, before the prefill ended: not the hand-over free
-        key = (inst.name, owner, _attempt(req))
+        if handover.p_name != inst.name:
+            _fail(self.sim, f"{inst.name} freed request {owner}'s pinned blocks, but its "
+                            f"hand-over record names {handover.p_name}")
+        key = (inst.name, owner, handover.attempt)
         self.p_frees[key] = n = self.p_frees.get(key, 0) + 1
         if n > 1:
             _fail(self.sim, f"{inst.name} freed request {owner}'s blocks {n} times after its "
@@ -76,13 +82,19 @@ class InvariantChecker:
                     if req.id in inst.receiving:
                         _fail(sim, f"{inst.name} computes request {req.id} while its KV "
                                    f"is still in flight")
-                    if req.kv_from_remote and not (req.transfer_end_s <= now + _EPS):
+                    landed = _landed_s(req)
+                    if req.kv_from_remote and not (landed <= now + _EPS):
                         _fail(sim, f"{inst.name} computes request {req.id} from remote KV "
-                                   f"that has not landed (transfer_end_s="
-                                   f"{req.transfer_end_s})")
+                                   f"that has not landed (its hand-over record's "
+                                   f"kv_landed_s={landed})")
             if inst.role is Role.PREFILL:
                 for rid in inst.pinned:
-                    if self.p_frees.get((inst.name, rid, _attempt(self._by_id[rid])), 0):
+                    handover = self._by_id[rid].handover
+                    if handover is None or handover.p_name != inst.name:
+                        _fail(sim, f"{inst.name} pins request {rid}, whose hand-over record "
+                                   f"is {handover!r}")
+                    assert handover is not None
+                    if self.p_frees.get((inst.name, rid, handover.attempt), 0):
                         _fail(sim, f"{inst.name} still pins request {rid} after freeing it")
                     if not inst.pool.held(rid):
                         _fail(sim, f"{inst.name} pins request {rid} but holds no blocks "
@@ -102,11 +114,17 @@ class InvariantChecker:
                 _fail(sim, f"{inst.name} admitted request {req.id} with {req.num_computed} "
                            f"tokens computed, neither recomputed locally nor loaded")
             return
-        if math.isnan(req.transfer_end_s) or req.transfer_end_s > sim.env.now + _EPS:
+        handover = req.handover
+        landed = _landed_s(req)
+        if handover is None or math.isnan(landed) or landed > sim.env.now + _EPS:
             _fail(sim, f"{inst.name} admitted request {req.id} before its KV landed")
-        if req.num_computed > req.remote_tokens:
+        assert handover is not None
+        if handover.d_name != inst.name:
+            _fail(sim, f"{inst.name} admitted request {req.id} with remote KV, but its "
+                       f"hand-over record sent it to {handover.d_name or 'no D'}")
+        if req.num_computed > handover.kv_tokens:
             _fail(sim, f"{inst.name} admitted request {req.id} with {req.num_computed} "
-                       f"computed tokens but loaded only {req.remote_tokens}")
+                       f"computed tokens but loaded only {handover.kv_tokens}")
 
     def _check_set_once(self, req: Request) -> None:
         # a retry after an outage starts a new attempt with fresh per-hop timestamps
@@ -115,7 +133,7 @@ class InvariantChecker:
             stamps.update((k, v) for k, v in self._stamps.get((req.id, _attempt(req) - 1),
                                                              {}).items() if k in _END_TO_END)
         for name in TIMESTAMP_ORDER:
-            t = getattr(req, name)
+            t = _stamp(req, name)
             if math.isnan(t):
                 if name in stamps:
                     _fail(self.sim, f"request {req.id}: {name} was {stamps[name]}, now unset")
@@ -132,12 +150,13 @@ class InvariantChecker:
         if left:
             _fail(sim, f"run ended with requests {left[:10]} still in flight")
         for req in sim.requests:
-            if math.isnan(req.p_end_s):
-                continue
-            n = self.p_frees.get((req.p_instance, req.id, _attempt(req)), 0)
+            handover = req.handover
+            if handover is None:
+                continue  # never pinned on a P in its last attempt
+            n = self.p_frees.get((handover.p_name, req.id, handover.attempt), 0)
             if n != 1:
-                _fail(sim, f"{req.p_instance} freed request {req.id}'s blocks {n} times after "
-                           f"its prefill (expected exactly once)")
+                _fail(sim, f"{handover.p_name} freed request {req.id}'s blocks {n} times "
+                           f"after its prefill (expected exactly once)")
         for inst in sim.instances:
             if inst.pool.num_used:
                 _fail(sim, f"{inst.name} ends the run with {inst.pool.num_used} blocks in use")

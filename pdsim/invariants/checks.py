@@ -38,6 +38,27 @@ def _attempt(req: Request) -> int:
     return int(getattr(req, "attempts", 0))
 
 
+def _landed_s(req: Request) -> float:
+    """When the current attempt's KV landed on D, from its hand-over record (NaN if it
+    has not, or there is none)."""
+    handover = req.handover
+    return math.nan if handover is None else handover.kv_landed_s
+
+
+# the hand-over's timestamps, read from its record (``HandOver``), by the name the
+# request's timestamp order gives them
+_HANDOVER_STAMPS = {"transfer_start_s": "kv_start_s", "transfer_end_s": "kv_landed_s"}
+
+
+def _stamp(req: Request, name: str) -> float:
+    """Timestamp ``name`` of ``TIMESTAMP_ORDER``: the hand-over's from its record."""
+    field = _HANDOVER_STAMPS.get(name)
+    if field is None:
+        return float(getattr(req, name))
+    handover = req.handover
+    return math.nan if handover is None else float(getattr(handover, field))
+
+
 def _dispatched(req: Request) -> bool:
     """The proxy has handled the request (queued it on an instance, or rejected it)."""
     return (req.status is not Status.IN_FLIGHT or not math.isnan(req.p_queued_s)
@@ -287,7 +308,7 @@ def _row_settling(sim: Simulation, req: Request) -> int | None:
 def _check_timestamps(sim: Simulation, req: Request, now: float) -> None:
     prev_name, prev = "", -math.inf
     for name in TIMESTAMP_ORDER:
-        t = getattr(req, name)
+        t = _stamp(req, name)
         if math.isnan(t):
             continue
         if t > now + _EPS:
@@ -295,6 +316,40 @@ def _check_timestamps(sim: Simulation, req: Request, now: float) -> None:
         if t < prev - _EPS:
             _fail(sim, f"request {req.id}: {name}={t} before {prev_name}={prev}")
         prev_name, prev = name, t
+    _check_handover(sim, req)
 
 
 # ------------------------------------------------------------------ stateful checks
+
+
+def _check_handover(sim: Simulation, req: Request) -> None:
+    """The current attempt's hand-over record agrees with the request: the P and D it
+    names are the request's, its pin time is P's end, D got it when D queued it, and the
+    KV load either landed (with the bytes P's layout gives for its tokens) or failed,
+    never both, and only after it started."""
+    handover = req.handover
+    if handover is None:
+        return
+    who = f"request {req.id}'s hand-over record"
+    if handover.attempt != _attempt(req):
+        _fail(sim, f"{who} is for attempt {handover.attempt}, the request is on "
+                   f"{_attempt(req)}")
+    if handover.p_name != req.p_instance or handover.pinned_s != req.p_end_s:
+        _fail(sim, f"{who} names P {handover.p_name} pinned at {handover.pinned_s}; the "
+                   f"request says {req.p_instance} at {req.p_end_s}")
+    if handover.d_name and (handover.d_name != req.d_instance
+                            or handover.sent_s != req.d_queued_s):
+        _fail(sim, f"{who} names D {handover.d_name} at {handover.sent_s}; the request "
+                   f"says {req.d_instance} at {req.d_queued_s}")
+    landed = not math.isnan(handover.kv_landed_s)
+    if (landed or handover.kv_failed) and math.isnan(handover.kv_start_s):
+        _fail(sim, f"{who}: the KV load ended ({handover!r}) but never started")
+    if landed and handover.kv_failed:
+        _fail(sim, f"{who}: the KV load both landed and failed ({handover.kv_failed})")
+    if landed:
+        want = sim.by_name[handover.p_name].layout.transfer_bytes(handover.kv_tokens)
+        if handover.kv_nbytes != want:
+            _fail(sim, f"{who}: {handover.kv_nbytes} bytes landed for {handover.kv_tokens} "
+                       f"tokens, P's layout gives {want}")
+    elif handover.kv_nbytes:
+        _fail(sim, f"{who}: {handover.kv_nbytes} bytes counted but nothing landed")

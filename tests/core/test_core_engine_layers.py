@@ -73,3 +73,54 @@ def test_only_the_kv_manager_turns_a_request_s_tokens_into_blocks() -> None:
                 calls.append(f"{path.name}:{node.lineno}")
     assert calls, "the KV manager calls it"
     assert {c.split(":")[0] for c in calls} == {"kv_manager.py"}, calls
+
+
+def _handover_fields() -> tuple[str, ...]:
+    from pdsim.engine.request import HandOver
+
+    return HandOver.__slots__
+
+
+def _writes_and_builds(names: tuple[str, ...], builder: str) -> list[str]:
+    """Every write ``x.<name> = ...`` (or ``+=``) of one of ``names`` and every call of
+    ``builder(...)`` in ``pdsim/``, as ``module:function:line``, with the writes inside a
+    ``__init__`` of class ``builder`` itself left out (the record setting its defaults)."""
+    found = []
+    for path in sorted(ENGINE.parent.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own_init: set[ast.AST] = set()
+        for cls in ast.walk(tree):
+            if isinstance(cls, ast.ClassDef) and cls.name == builder:
+                for fn in cls.body:
+                    if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                        own_init.update(ast.walk(fn))
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(ENGINE.parent)}:{getattr(node, 'lineno', 0)}"
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == builder):
+                found.append(where)
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            for t in targets:
+                for sub in ast.walk(t):
+                    if (isinstance(sub, ast.Attribute) and sub.attr in names
+                            and node not in own_init):
+                        found.append(where)
+    return found
+
+
+def test_only_the_simulation_writes_the_hand_over_record() -> None:
+    """The facts of a hand-over attempt (``HandOver``: which P and D, the pin, the KV
+    load's start, landing or failure, the bytes) are made and written by the Simulation
+    alone; a request only holds its current attempt's record, which the Simulation sets
+    (``Request.handover``, None when the request is made)."""
+    fields = _handover_fields()
+    assert "kv_landed_s" in fields and "p_name" in fields
+    writes = _writes_and_builds(fields, "HandOver")
+    assert writes, "the simulation builds and writes the record"
+    assert {w.split(":")[0] for w in writes} == {"simulation.py"}, writes
+    sets = _attribute_writes("handover")
+    assert {w.split(":")[0] for w in sets} == {"simulation.py", "engine/request.py"}, sets
+    # the request sets it only once, to None, as it is made
+    in_request = [w for w in sets if w.startswith("engine/request.py")]
+    assert len(in_request) == 1, in_request

@@ -437,3 +437,29 @@ def test_check_invariants_is_quiet_on_a_fresh_and_a_finished_simulation() -> Non
     sim.run()
     check_invariants(sim)
     assert all(not math.isnan(r.finish_s) for r in sim.requests)
+
+
+def test_catches_a_hand_over_record_that_miscounts_the_bytes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    original = Instance.kv_landed
+
+    def landed_with_one_byte_more(self: Instance, req: Any) -> None:
+        req.handover.kv_nbytes += 1  # the record says more moved than P's layout gives
+        original(self, req)
+
+    monkeypatch.setattr(Instance, "kv_landed", landed_with_one_byte_more)
+    with pytest.raises(InvariantViolation, match=r"hand-over record: \d+ bytes landed"):
+        run_checked(small_cfg())
+
+
+def test_catches_d_admitting_on_a_record_naming_another_d(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    original = Instance.kv_landed
+
+    def landed_elsewhere(self: Instance, req: Any) -> None:
+        req.handover.d_name = "elsewhere"
+        original(self, req)
+
+    monkeypatch.setattr(Instance, "kv_landed", landed_elsewhere)
+    with pytest.raises(InvariantViolation, match="hand-over record"):
+        run_checked(small_cfg())
