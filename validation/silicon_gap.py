@@ -27,6 +27,8 @@ import argparse
 import collections
 import json
 import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +152,6 @@ def score_fit_rows_without_response_delay(sample: int) -> list[dict[str, Any]]:
     """Score the fit rows of the suite's stratified sample of ``sample`` expressible rows
     (``python -m validation.silicon --sample N`` draws the same rows; held-out rows are
     not simulated) with no first-response delay: the rows ``fit_first_response`` reads."""
-    from dataclasses import asdict
 
     from validation import silicon as S
 
@@ -161,44 +162,50 @@ def score_fit_rows_without_response_delay(sample: int) -> list[dict[str, Any]]:
         except S.NotExpressible:
             continue
         rows.append(row)
-    out = []
-    saved = dict(S.RESPONSE_RULES)
-    S.RESPONSE_RULES.clear()
-    try:
-        for row in S.stratified_sample(rows, sample):
-            if row.split != "fit":
-                continue
-            try:
-                out.append(asdict(S.score_row(row)))
-            except S.NotExpressible:
-                continue
-    finally:
-        S.RESPONSE_RULES.update(saved)
-    return out
+    with _emptied(S.RESPONSE_RULES):
+        return _score_fit_rows(S.stratified_sample(rows, sample))
 
 
 def score_low_concurrency_fit_rows() -> list[dict[str, Any]]:
     """Score every expressible fit row at C <= LOW_CONCURRENCY with no frontend latency
     (the rows ``fit_frontend_latency`` reads)."""
+
+    from validation import silicon as S
+
+    with _emptied(S.FRONTEND_LATENCY_S):
+        return _score_fit_rows(S.load_sample(), max_concurrency=LOW_CONCURRENCY)
+
+
+@contextmanager
+def _emptied(table: dict[str, Any]) -> Iterator[None]:
+    """``table`` (one of the suite's per-backend tables) empty inside the block, restored
+    after it."""
+    saved = dict(table)
+    table.clear()
+    try:
+        yield
+    finally:
+        table.update(saved)
+
+
+def _score_fit_rows(rows: Iterable[Any], max_concurrency: int | None = None
+                    ) -> list[dict[str, Any]]:
+    """The scores (as dicts) of the expressible fit rows of ``rows``, those at most at
+    ``max_concurrency`` when it is given."""
     from dataclasses import asdict
 
     from validation import silicon as S
 
     out = []
-    saved = dict(S.FRONTEND_LATENCY_S)
-    S.FRONTEND_LATENCY_S.clear()
-    try:
-        for row in S.load_sample():
-            if row.split != "fit":
+    for row in rows:
+        if row.split != "fit":
+            continue
+        try:
+            if max_concurrency is not None and S.plan_row(row).concurrency > max_concurrency:
                 continue
-            try:
-                if S.plan_row(row).concurrency > LOW_CONCURRENCY:
-                    continue
-                out.append(asdict(S.score_row(row)))
-            except S.NotExpressible:
-                continue
-    finally:
-        S.FRONTEND_LATENCY_S.update(saved)
+            out.append(asdict(S.score_row(row)))
+        except S.NotExpressible:
+            continue
     return out
 
 
