@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from pdsim.facts import InstanceFacts, SegmentTable
-from pdsim.metrics import chunk_times, itl_stats, summarize
+from pdsim.itl import itl_stats
+from pdsim.metrics import chunk_times, summarize
 from pdsim.summary import (
     RunSummary,
 )

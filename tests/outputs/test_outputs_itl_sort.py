@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pdsim.metrics as metrics
+import pdsim.itl as itl
 from pdsim.summary import PERCENTILES
 
 # gaps drawn from few values (ties, as equal step times give) or from many
@@ -20,17 +20,17 @@ _gaps = st.lists(st.one_of(st.sampled_from([0.0, 0.0125, 0.02, 0.5]),
 def test_weights_follow_a_stable_sort_of_the_gaps(gaps: list[float], seed: int) -> None:
     v = np.asarray(gaps)
     w = np.random.default_rng(seed).integers(1, 200, len(v)).astype(np.uint8)
-    got = metrics._in_value_order(v, w, min_size=0, ranges=4)  # the ranges path at any size
+    got = itl._in_value_order(v, w, min_size=0, ranges=4)  # the ranges path at any size
     assert got.dtype == w.dtype
     np.testing.assert_array_equal(got, w[np.argsort(v, kind="stable")])
 
 
 def test_large_input_takes_the_ranges_path() -> None:
     rng = np.random.default_rng(7)
-    n = 3 * metrics._SORT_RANGE_MIN
+    n = 3 * itl._SORT_RANGE_MIN
     v = np.where(rng.random(n) < 0.5, 0.0125, rng.random(n))  # half of them one value
     w = rng.integers(1, 64, n).astype(np.uint8)
-    np.testing.assert_array_equal(metrics._in_value_order(v, w),
+    np.testing.assert_array_equal(itl._in_value_order(v, w),
                                   w[np.argsort(v, kind="stable")])
 
 
@@ -40,14 +40,14 @@ def test_large_input_takes_the_ranges_path() -> None:
 def test_pairwise_sum_in_pieces_is_numpys_sum(n: int, leaf: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     v = rng.random(n) * rng.integers(1, 64, n)
-    assert metrics._pairwise_sum(lambda s: v[s], n, leaf) == float(v.sum())
+    assert itl.pairwise_sum(lambda s: v[s], n, leaf) == float(v.sum())
 
 
 def test_pairwise_sum_at_a_light_load_runs_size() -> None:
     rng = np.random.default_rng(11)
     n = 4_648_179  # the 100k light-load point's engine steps
     v = rng.random(n) * rng.integers(1, 64, n)
-    assert metrics._pairwise_sum(lambda s: v[s], n) == float(v.sum())
+    assert itl.pairwise_sum(lambda s: v[s], n) == float(v.sum())
 
 
 @settings(max_examples=200, deadline=None)
@@ -59,7 +59,7 @@ def test_first_reaching_is_searchsorted_on_the_cumulative_sum(
     cum = np.cumsum(w, dtype=np.int64)
     targets = data.draw(st.lists(st.integers(0, int(cum[-1]) + 3), max_size=8))
     want = [int(np.searchsorted(cum, t, side="left")) for t in targets]
-    assert metrics._first_reaching(w, targets, block) == want
+    assert itl._first_reaching(w, targets, block) == want
 
 
 def test_weighted_percentiles_are_numpys_on_the_repeated_gaps() -> None:
@@ -70,7 +70,7 @@ def test_weighted_percentiles_are_numpys_on_the_repeated_gaps() -> None:
         n = int(rng.integers(1, 60))
         v = np.sort(rng.random(n))
         w = rng.integers(1, 6, n).astype(np.uint8)
-        got = metrics._weighted_percentiles(v, w, int(w.sum()))
+        got = itl._weighted_percentiles(v, w, int(w.sum()))
         assert got == np.percentile(np.repeat(v, w), list(PERCENTILES)).tolist()
 
 
@@ -117,11 +117,11 @@ def test_streamed_itl_statistics_are_the_sorted_ones_bit_for_bit(
     time, never holding every gap; at any size, with blocks, ranges and leaves this small,
     they are the whole-array figures exactly (``repr`` keeps every bit)."""
     instances, segments = run
-    gaps = metrics._Gaps(instances, segments, block=block)  # type: ignore[arg-type]
+    gaps = itl._Gaps(instances, segments, block=block)  # type: ignore[arg-type]
     if not gaps.count:
         return
-    got = metrics._streamed_stats(gaps, ranges=ranges, leaf=leaf)
-    want = metrics._sorted_stats(*gaps.arrays())
+    got = itl._streamed_stats(gaps, ranges=ranges, leaf=leaf)
+    want = itl._sorted_stats(*gaps.arrays())
     assert got is not None
     assert repr(got) == repr(want)
 
@@ -133,7 +133,7 @@ def test_gap_multiplicities_are_the_cumulative_sum_of_segment_edges(
     """Step k's gap counts once for each segment holding steps k - 1 and k: the
     block-by-block counts equal a +1 / -1 array over the segments' edges, summed."""
     instances, segments = run
-    gaps = metrics._Gaps(instances, segments, block=block)  # type: ignore[arg-type]
+    gaps = itl._Gaps(instances, segments, block=block)  # type: ignore[arg-type]
     for k, f in enumerate(instances):
         want = np.zeros(len(f.step_end_s) + 1, dtype=np.int64)
         for segs in segments.values():
@@ -149,20 +149,20 @@ def test_streamed_itl_statistics_take_the_path_above_the_threshold(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``itl_stats`` streams above ``_SORT_RANGE_MIN`` gaps and gathers at or below it."""
     calls: list[int] = []
-    original = metrics._streamed_stats
+    original = itl._streamed_stats
 
-    def spy(gaps: metrics._Gaps, *args: object) -> object:
+    def spy(gaps: itl._Gaps, *args: object) -> object:
         calls.append(gaps.count)
         return original(gaps)
 
-    monkeypatch.setattr(metrics, "_streamed_stats", spy)
+    monkeypatch.setattr(itl, "_streamed_stats", spy)
     rng = np.random.default_rng(3)
     ends = np.cumsum(rng.choice([0.0125, 0.02], 5000))
     seg = {0: [[0, 0, 4999]]}
-    monkeypatch.setattr(metrics, "_SORT_RANGE_MIN", 1000)
-    small = metrics.itl_stats([_Steps(ends[:900])], {0: [[0, 0, 899]]})  # type: ignore[list-item]
-    big = metrics.itl_stats([_Steps(ends)], seg)  # type: ignore[list-item]
+    monkeypatch.setattr(itl, "_SORT_RANGE_MIN", 1000)
+    small = itl.itl_stats([_Steps(ends[:900])], {0: [[0, 0, 899]]})  # type: ignore[list-item]
+    big = itl.itl_stats([_Steps(ends)], seg)  # type: ignore[list-item]
     assert calls == [4999]
-    v, w = metrics.itl_distribution([_Steps(ends)], seg)  # type: ignore[list-item]
-    assert repr(big) == repr(metrics._sorted_stats(v, w))
+    v, w = itl.itl_distribution([_Steps(ends)], seg)  # type: ignore[list-item]
+    assert repr(big) == repr(itl._sorted_stats(v, w))
     assert small.p50_s == pytest.approx(0.0125) or small.p50_s == pytest.approx(0.02)
