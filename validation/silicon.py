@@ -18,6 +18,8 @@ requests of ``(latency - TTFT) / (output tokens - 1)``. pdsim has no cold-start 
 to warm up, so it runs the measured phase alone: a closed loop at C from an idle cluster,
 ``R x C`` requests (R the protocol's rounds when cheap, at least 2), weighting the first
 round (the burst) as the full run would (docs/validation-silicon.md, "How a row is run").
+The one warm state it mirrors is a prefix cache: aiperf repeats 100 prompts, and where the
+backend caches prefixes (``PREFIX_CACHING``) the warm-up requests run first, unscored.
 """
 
 from __future__ import annotations
@@ -101,10 +103,20 @@ class BenchmarkProtocol:
     warmup_rounds: int
     range_ratio: float | None
     """``None``: every request has exactly ISL/OSL tokens."""
+    prompt_pool: int | None = None
+    """Distinct prompts the client draws every request from (warm-up included); ``None``:
+    each prompt is new."""
+
+
+AIPERF_DATASET_ENTRIES = 100
+"""aiperf's synthetic dataset size when ``--num-dataset-entries`` is not given
+(``InputDefaults.NUM_DATASET_ENTRIES = 100``, ``aiperf/common/config/config_defaults.py``;
+sampled with ``DatasetSamplingStrategy.SHUFFLE``): AIConfigurator's ``bench_run.sh.j2``
+does not give it, so 20C measured and 2C warm-up requests reuse 100 prompts."""
 
 
 PROTOCOLS: dict[str, BenchmarkProtocol] = {
-    "aiperf": BenchmarkProtocol("aiperf", AIPERF_ROUNDS, 2, None),
+    "aiperf": BenchmarkProtocol("aiperf", AIPERF_ROUNDS, 2, None, AIPERF_DATASET_ENTRIES),
     "inferencemax": BenchmarkProtocol("inferencemax", 10, 2, 0.8),
 }
 """``aiperf``: AIConfigurator's generated benchmark (``bench_run.sh.j2``: ``aiperf profile
@@ -144,6 +156,17 @@ requests then stays in waves), but on 65 fit SGLang rows it moved the median TTF
 0.18 to 0.51 while the mean TTFT error went from 82.1% to 83.6% (B200 better, H200 2x too
 slow) and the mean TPOT error from 20.4% to 22.5%, so the suite keeps ``mixed`` for SGLang
 too (docs/validation-silicon.md, "Why TTFT is short")."""
+
+PREFIX_CACHING: dict[str, bool] = {"vllm": True, "trtllm": False, "sglang": False}
+"""Whether a backend's deployment reuses the KV of a repeated prompt (``scheduler.
+enable_prefix_caching`` on P and colocated instances), where the protocol repeats prompts
+(``prompt_pool``). vLLM v1 caches prefixes by default and AIConfigurator's
+``cli_args.*.j2`` passes ``--no-enable-prefix-caching`` only when asked; its TensorRT-LLM
+template writes ``enable_block_reuse: false`` unless asked (``extra_engine_args.yaml.j2``).
+SGLang's radix cache is on by default, but its fit rows (27, Llama-3.1-8B on H200) show the
+prefill paid: at OSL 100 the measured TPOT (29-31 ms) is above pdsim's without reuse
+(20-22 ms), and with reuse the TPOT mean error went from 22.6% to 44.1%, so SGLang runs
+without (docs/step-time.md, "Repeated prompts in the aiperf rows")."""
 
 CPU_COSTS_S: dict[str, tuple[float, float]] = {"vllm": (1.6e-3, 32e-6),
                                                "sglang": (1.2e-3, 26e-6)}
@@ -424,9 +447,24 @@ def measured_rounds(plan: Plan) -> int:
     return int(min(rounds, max(MIN_MEASURED_ROUNDS, by_budget)))
 
 
+def reuses_prompts(plan: Plan) -> bool:
+    """Whether the row's client repeats prompts (``prompt_pool``) to a deployment that
+    reuses their KV (``PREFIX_CACHING``)."""
+    return (PROTOCOLS[plan.protocol].prompt_pool is not None
+            and PREFIX_CACHING.get(plan.backend, False))
+
+
+def warmup_requests(plan: Plan) -> int:
+    """Warm-up requests simulated before the measured phase: the protocol's
+    ``warmup_rounds`` x C where they fill the prefix cache the measured requests hit
+    (``reuses_prompts``), else none (pdsim has no other cold-start effect to warm up)."""
+    return PROTOCOLS[plan.protocol].warmup_rounds * plan.concurrency if reuses_prompts(
+        plan) else 0
+
+
 def cost(plan: Plan) -> int:
     """Output tokens a row's run generates (what its run time grows with)."""
-    return measured_rounds(plan) * plan.concurrency * plan.osl
+    return (measured_rounds(plan) * plan.concurrency + warmup_requests(plan)) * plan.osl
 
 
 def aiperf_mean(values: np.ndarray, concurrency: int, rounds: int = AIPERF_ROUNDS) -> float:
@@ -486,6 +524,8 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
     sched: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens,
                              "block_size": plan.block_tokens,
                              "prefill_policy": PREFILL_POLICIES[plan.backend]}
+    if role != "decode" and reuses_prompts(plan):
+        sched["enable_prefix_caching"] = True
     if plan.backend == "trtllm":
         sched["max_num_seqs"] = _no_evict_seqs(plan, role, st, sched)
     group = {"count": lay.instances, "kv_cache_gib": None, "step_time": st,
@@ -536,6 +576,19 @@ def build_config(plan: Plan) -> dict[str, Any]:
                    "prefill": _group(plan, "prefill", plan.roles["prefill"]),
                    "decode": _group(plan, "decode", plan.roles["decode"])}
         root = _step_time(plan, plan.roles["decode"])
+    protocol = PROTOCOLS[plan.protocol]
+    workload: dict[str, Any] = {
+        "num_requests": n + warmup_requests(plan),
+        "arrivals": {"kind": "closed_loop", "concurrency": c},
+        "prompt_tokens": _lengths(plan.isl, protocol),
+        "output_tokens": _lengths(plan.osl, protocol)}
+    if reuses_prompts(plan) and protocol.prompt_pool is not None:
+        # every prompt one of the pool's, whole: all but its last token shared (the
+        # engine computes at least that one), in the engine's KV blocks
+        workload["prompt_tokens"] = {"kind": "fixed", "tokens": 1}
+        workload["shared_prefix"] = {"num_groups": protocol.prompt_pool,
+                                     "prefix_tokens": plan.isl - 1, "zipf_exponent": 0.0,
+                                     "hash_block_tokens": plan.block_tokens}
     return {
         "name": plan.row_id[:64], "seed": 0,
         "model": {"profile": plan.model},
@@ -545,10 +598,7 @@ def build_config(plan: Plan) -> dict[str, Any]:
                    "frontend_latency_s": FRONTEND_LATENCY_S.get(plan.backend, 0.0),
                    "response_rule": RESPONSE_RULES.get(plan.backend, "pdsim")},
         "cluster": cluster,
-        "workload": {"num_requests": n,
-                     "arrivals": {"kind": "closed_loop", "concurrency": c},
-                     "prompt_tokens": _lengths(plan.isl, PROTOCOLS[plan.protocol]),
-                     "output_tokens": _lengths(plan.osl, PROTOCOLS[plan.protocol])},
+        "workload": workload,
     }
 
 
@@ -612,8 +662,10 @@ def score_row(row: SiliconRow) -> Score:
     order = np.argsort(np.asarray(cols["request_id"]), kind="stable")
     finished = np.asarray(cols["status"])[order] == "finished"
     err = "" if finished.all() else f"{int((~finished).sum())} requests did not finish"
-    ttft = np.asarray(cols["ttft_s"], dtype=float)[order]
-    tpot = np.asarray(cols["tpot_s"], dtype=float)[order]
+    warm = warmup_requests(plan)  # the warm-up is not measured
+    finished = finished[warm:]
+    ttft = np.asarray(cols["ttft_s"], dtype=float)[order][warm:]
+    tpot = np.asarray(cols["tpot_s"], dtype=float)[order][warm:]
     rounds = PROTOCOLS[plan.protocol].rounds
     p_ttft = aiperf_mean(ttft, plan.concurrency, rounds) * 1e3 if finished.all() else math.nan
     p_tpot = aiperf_mean(tpot, plan.concurrency, rounds) * 1e3 if finished.all() else math.nan
@@ -990,7 +1042,16 @@ def render(out: Outcome, meta: Meta) -> str:
         "phase starts (`aiperf/timing/credit_issuing_strategy.py`); its TTFT runs from "
         "sending the request to its first token and its TPOT is (latency - TTFT) / "
         "(OSL - 1) per request, both means over the phase. pdsim runs 20 rounds of C "
-        "requests of fixed lengths.")
+        "requests of fixed lengths. The template gives no `--num-dataset-entries`, so "
+        f"aiperf draws every request from its default {AIPERF_DATASET_ENTRIES} synthetic "
+        "prompts (`InputDefaults.NUM_DATASET_ENTRIES`, shuffled): a deployment that caches "
+        "prefixes computes little of a repeated prompt. Where the backend's deployment "
+        "does (`PREFIX_CACHING`: vLLM, whose v1 engine caches by default; not TensorRT-LLM, "
+        "whose template writes `enable_block_reuse: false`; not SGLang, whose fit rows show "
+        "the prefill paid, docs/step-time.md \"Repeated prompts in the aiperf rows\") pdsim "
+        f"draws the prompts from {AIPERF_DATASET_ENTRIES} shared ones, caches prefixes, "
+        "and runs the 2C warm-up requests before the measured ones (not scored), as the "
+        "warm-up fills the cache.")
     add("  - Both: the measured phase starts from an idle server with a burst of C requests "
         "and TTFT includes server-side queueing, the prompts batched with it and (disagg) "
         "the KV transfer. pdsim has no cold-start effects to warm up, so it runs the "

@@ -187,6 +187,43 @@ def test_inferencemax_rows_run_ten_rounds_of_ranged_lengths() -> None:
         assert n.min() >= 819 and n.max() <= 1024 and len(set(n.tolist())) > 10
 
 
+def test_aiperf_prompt_pool_is_cached_where_the_backend_caches(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # aiperf repeats its 100 default prompts; vLLM caches prefixes, so its rows draw from
+    # 100 shared prompts, warm the cache with the 2C warm-up first and cache on P/colocated
+    llama = dict(backend="vllm", model_path="nvidia/Llama-3.1-8B-Instruct-FP8",
+                 system="h200_sxm", tp_size="1", moe_tp_size="1", isl="2000", osl="100",
+                 silicon_data_source="x; silicon_concurrency=64")
+    plan = S.plan_row(_row(**llama))
+    assert plan.protocol == "aiperf" and S.reuses_prompts(plan)
+    assert S.warmup_requests(plan) == 2 * 64
+    cfg = pdsim.load_config(S.build_config(plan))
+    assert cfg.workload.num_requests == 20 * 64 + 2 * 64
+    pool = cfg.workload.shared_prefix
+    assert pool is not None and pool.num_groups == S.AIPERF_DATASET_ENTRIES == 100
+    assert pool.prefix_tokens + cfg.workload.prompt_tokens.tokens == 2000  # type: ignore[union-attr]
+    assert pool.hash_block_tokens == cfg.cluster.colocated.scheduler.block_size  # type: ignore[union-attr]
+    assert cfg.cluster.colocated.scheduler.enable_prefix_caching  # type: ignore[union-attr]
+    res = pdsim.simulate(cfg)
+    # after the warm-up nearly every prompt is a hit; the cold ones are the first uses
+    assert res.summary["prefix_cache_hit_rate"] > 0.7
+    score = S.score_row(_row(**llama))
+    with monkeypatch.context() as m:
+        m.setitem(S.PREFIX_CACHING, "vllm", False)
+        cold = S.score_row(_row(**llama))
+    # the prompts' prefill is saved: 2000 tokens per request every 100 steps at C = 64
+    assert score.pdsim_tpot_ms < 0.6 * cold.pdsim_tpot_ms
+    # not where the deployment does not reuse (TensorRT-LLM's template, SGLang's fit rows)
+    # nor where the client sends new prompts (InferenceMAX's random token ids)
+    dated = "source_file=2026-04-06.csv; model=X; silicon_concurrency=64; wip=False"
+    for other in (_row(**{**llama, "backend": "trtllm"}), _row(**{**llama, "backend": "sglang"}),
+                  _row(**{**llama, "silicon_data_source": dated})):
+        oplan = S.plan_row(other)
+        ocfg = pdsim.load_config(S.build_config(oplan))
+        assert not S.reuses_prompts(oplan) and ocfg.workload.shared_prefix is None
+        assert not ocfg.cluster.colocated.scheduler.enable_prefix_caching  # type: ignore[union-attr]
+
+
 def test_memory_rule_kv_dtype_and_admission_follow_the_backend() -> None:
     # TensorRT-LLM: free_gpu_memory_fraction 0.8 as AIC's generator writes it, an fp8 KV
     # cache for an fp8 deployment (AIC's fp8 quant profile), and no-evict admission
