@@ -23,6 +23,21 @@ CPU_OVERHEAD_S = 2.0e-4
 CPU_OVERHEAD_PER_REQUEST_S = 4.0e-6
 DRAFTER_PASS_OVERHEAD_S = 6.5e-4
 
+CpuCostRule = Literal["pdsim", "vllm", "sglang", "trtllm"]
+CPU_COST_RULES: dict[str, tuple[float, float]] = {
+    "pdsim": (CPU_OVERHEAD_S, CPU_OVERHEAD_PER_REQUEST_S),
+    "trtllm": (CPU_OVERHEAD_S, CPU_OVERHEAD_PER_REQUEST_S),
+    "vllm": (1.6e-3, 32e-6),
+    "sglang": (1.2e-3, 26e-6),
+}
+"""Per serving loop (``cpu_cost_rule``), the CPU cost per step and per request in the
+step, in seconds (``overhead_s``, ``overhead_per_request_s``). pdsim: fitted to the 38-row
+validation table's fit rows (tools/fit_cpu_costs.py). vllm and sglang (Python schedulers):
+fitted to the fit rows of AIConfigurator's silicon sample of each engine; trtllm (the C++
+executor): the same fit found no increment over pdsim's, which it keeps (docs/step-time.md,
+"Engine CPU costs: the cpu_cost_rule")."""
+CPU_COST_FIELDS = ("overhead_s", "overhead_per_request_s")
+
 KERNEL_FIELDS = ("compute_efficiency", "gemm_half_tokens", "memory_efficiency",
                  "kernel_latency_s", "communication_efficiency", "collective_latency_s",
                  "custom_allreduce_latency_s", "custom_allreduce_efficiency")
@@ -223,10 +238,15 @@ class RooflineStepTimeConfig(StrictModel):
     """Fraction of the bf16 peak attention kernels reach."""
     moe_efficiency: Efficiency = 1.0
     """Extra factor on routed-expert GEMMs (1: priced like dense GEMMs)."""
+    cpu_cost_rule: CpuCostRule = "pdsim"
+    """Whose serving loop the CPU costs are (``CPU_COST_RULES``): pdsim (fitted to the
+    validation table), vllm, sglang or trtllm (fitted to the silicon sample's fit rows);
+    sets overhead_s and overhead_per_request_s where the config does not give them."""
     overhead_s: Seconds = CPU_OVERHEAD_S
-    """CPU time per step (scheduling, input preparation), in seconds."""
+    """CPU time per step (scheduling, input preparation), in seconds (default: the
+    cpu_cost_rule's)."""
     overhead_per_request_s: Seconds = CPU_OVERHEAD_PER_REQUEST_S
-    """CPU time per request in a step, in seconds."""
+    """CPU time per request in a step, in seconds (default: the cpu_cost_rule's)."""
     drafter_pass_overhead_s: Seconds = DRAFTER_PASS_OVERHEAD_S
     """CPU time per drafter forward, in seconds."""
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
@@ -245,6 +265,19 @@ class RooflineStepTimeConfig(StrictModel):
     free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = (
         DEFAULT_FREE_GPU_MEMORY_FRACTION)
     """TensorRT-LLM's free_gpu_memory_fraction (memory_rule trtllm)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cpu_cost_rule_defaults(cls, data: object) -> object:
+        """CPU costs not given take the ``cpu_cost_rule``'s values, so the resolved config
+        shows the numbers the model runs on; a value the config gives wins."""
+        if not isinstance(data, dict):
+            return data
+        rule = CPU_COST_RULES.get(data.get("cpu_cost_rule", "pdsim"))
+        if rule is None:  # an unknown name: the field's own validation says so
+            return data
+        missing = {f: v for f, v in zip(CPU_COST_FIELDS, rule, strict=True) if f not in data}
+        return {**data, **missing} if missing else data
 
     @model_validator(mode="before")
     @classmethod
@@ -292,11 +325,15 @@ class RooflineStepTimeConfig(StrictModel):
         else:
             kernel_src = f"kernel constants fitted to {kernels.fitted_to}"
         cpu = (self.overhead_s, self.overhead_per_request_s, self.drafter_pass_overhead_s)
-        cpu_src = ("CPU costs fitted to the validation suite's fit rows "
-                   "(tools/fit_cpu_costs.py)"
-                   if cpu == (CPU_OVERHEAD_S, CPU_OVERHEAD_PER_REQUEST_S,
-                              DRAFTER_PASS_OVERHEAD_S)
-                   else "CPU costs set in the config")
+        rule = CPU_COST_RULES[self.cpu_cost_rule]
+        if cpu != (*rule, DRAFTER_PASS_OVERHEAD_S):
+            cpu_src = "CPU costs set in the config"
+        elif rule == CPU_COST_RULES["pdsim"]:
+            cpu_src = ("CPU costs fitted to the validation suite's fit rows "
+                       "(tools/fit_cpu_costs.py)")
+        else:
+            cpu_src = (f"CPU costs fitted to the silicon sample's {self.cpu_cost_rule} fit "
+                       f"rows (cpu_cost_rule {self.cpu_cost_rule})")
         return f"roofline: {kernel_src}; {cpu_src}; attention_efficiency a judgement"
 
     @property

@@ -12,7 +12,12 @@ from pdsim.errors import ConfigError
 from pdsim.loader import config_from_dict
 from pdsim.perf.base import StepBatch
 from pdsim.perf.build import build_step_time_model
-from pdsim.perf.config import RooflineStepTimeConfig
+from pdsim.perf.config import (
+    CPU_COST_RULES,
+    CPU_OVERHEAD_PER_REQUEST_S,
+    CPU_OVERHEAD_S,
+    RooflineStepTimeConfig,
+)
 from pdsim.perf.memory import smallest_fitting_tensor_parallel_size
 from pdsim.perf.profiles import (
     hardware_names,
@@ -261,3 +266,44 @@ def test_roofline_config_errors() -> None:
                      hardware="h100-sxm")
     with pytest.raises(ConfigError, match="has none"):
         build_step_time_model(cfg, Role.DECODE)
+
+
+@pytest.mark.parametrize("rule", sorted(CPU_COST_RULES))
+def test_cpu_cost_rule_prices_each_step_and_request(rule: str) -> None:
+    # the rule's costs are what a step pays: per step plus per request in it, the GPU work
+    # unchanged (the same batch under pdsim's rule differs by exactly the increments)
+    per_step, per_request = CPU_COST_RULES[rule]
+    cfg = RooflineStepTimeConfig(model="llama-3.1-8b", hardware="h100-sxm",
+                                 cpu_cost_rule=rule)
+    assert (cfg.overhead_s, cfg.overhead_per_request_s) == (per_step, per_request)
+    base, named = model("llama-3.1-8b"), RooflineStepTime(cfg)
+    for batch in (1, 64, 512):
+        extra = named.step_time_s(decode(batch, 2000)) - base.step_time_s(decode(batch, 2000))
+        want = (per_step - CPU_OVERHEAD_S) + batch * (per_request - CPU_OVERHEAD_PER_REQUEST_S)
+        assert extra == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+def test_cpu_cost_rule_defaults_and_overrides() -> None:
+    # pdsim's own rule is the default and keeps the fitted defaults (shipped configs and
+    # the engine fingerprint unchanged); the Python schedulers' loops cost more per step
+    # and per request than TensorRT-LLM's C++ executor, which keeps pdsim's
+    default = RooflineStepTimeConfig(model="llama-3.1-8b", hardware="h200")
+    assert default.cpu_cost_rule == "pdsim"
+    assert CPU_COST_RULES["pdsim"] == CPU_COST_RULES["trtllm"] == (
+        default.overhead_s, default.overhead_per_request_s)
+    for rule in ("vllm", "sglang"):
+        assert all(a > b for a, b in zip(CPU_COST_RULES[rule], CPU_COST_RULES["pdsim"],
+                                         strict=True))
+    vllm = RooflineStepTimeConfig(model="llama-3.1-8b", hardware="h200", cpu_cost_rule="vllm")
+    assert "cpu_cost_rule vllm" in vllm.parameter_provenance
+    # a value the config gives wins over the rule's, and is said to be the config's
+    mine = RooflineStepTimeConfig(model="llama-3.1-8b", hardware="h200",
+                                  cpu_cost_rule="vllm", overhead_s=1e-3)
+    assert (mine.overhead_s, mine.overhead_per_request_s) == (1e-3, CPU_COST_RULES["vllm"][1])
+    assert "CPU costs set in the config" in mine.parameter_provenance
+    # a resolved config loads back to itself
+    again = RooflineStepTimeConfig.model_validate(vllm.model_dump())
+    assert again == vllm
+    with pytest.raises(ConfigError) as err:
+        sim_config("llama-3.1-8b", hardware="h200", cpu_cost_rule="tgi")
+    assert err.value.path == "step_time.cpu_cost_rule" and "vllm" in err.value.message
