@@ -159,8 +159,10 @@ class _Importer:
             raise ConfigError(f"{where}: --tensor-parallel-size", (
                 f"{args.tensor_parallel_size} does not divide the model's {n_heads} heads "
                 f"(vLLM splits them evenly over the GPUs)"))
+        # vLLM's serving loop: its per-step and per-request CPU costs (CPU_COST_RULES)
         st: dict[str, Any] = {"kind": "roofline", "hardware": c.hardware,
-                              "tensor_parallel_size": args.tensor_parallel_size}
+                              "tensor_parallel_size": args.tensor_parallel_size,
+                              "cpu_cost_rule": "vllm"}
         if args.enable_expert_parallel:
             if self.has_moe:
                 st["expert_parallel_size"] = args.tensor_parallel_size * args.data_parallel_size

@@ -17,6 +17,7 @@ from pdsim.errors import ConfigError
 from pdsim.importers.deployment import RoleCommand, import_deployment
 from pdsim.importers.hf_config import read_hf_config
 from pdsim.loader import load_config
+from pdsim.perf.config import CPU_COST_RULES
 from pdsim.simulation import simulate
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -51,6 +52,10 @@ def test_deepseek_1p1d_maps_the_options(tmp_path: Path) -> None:
     cfg = _run(tmp_path)
     st = cfg.step_time
     assert st.kind == "roofline" and st.tensor_parallel_size == 8
+    # vLLM's serving-loop CPU costs (pdsim.perf.config.CPU_COST_RULES)
+    assert st.cpu_cost_rule == "vllm" and "cpu_cost_rule: vllm" in (
+        tmp_path / "config.yaml").read_text(encoding="utf-8")
+    assert (st.overhead_s, st.overhead_per_request_s) == CPU_COST_RULES["vllm"]
     assert st.resolved_model().weight_dtype == "fp8"
     assert (cfg.speculative.method, cfg.speculative.num_speculative_tokens) == ("mtp", 1)
     assert cfg.model.num_mtp_modules == 1 and cfg.model.max_model_len == 163840
