@@ -168,16 +168,11 @@ prefill paid: at OSL 100 the measured TPOT (29-31 ms) is above pdsim's without r
 (20-22 ms), and with reuse the TPOT mean error went from 22.6% to 44.1%, so SGLang runs
 without (docs/step-time.md, "Repeated prompts in the aiperf rows")."""
 
-CPU_COSTS_S: dict[str, tuple[float, float]] = {"vllm": (1.6e-3, 32e-6),
-                                               "sglang": (1.2e-3, 26e-6)}
-"""Each backend's serving-loop cost per step and per request in a step
-(``step_time.overhead_s``, ``overhead_per_request_s``); TensorRT-LLM (C++ executor) keeps
-pdsim's defaults (0.2 ms, 4 us). Fitted on fit rows only (2026-12-02, branch tpot,
-docs/step-time.md "Engine CPU costs in the silicon suite"): the per-step and per-request
-increments minimising the squared log TPOT error of each backend's fit rows without
-preemptions or the likely-MTP flag, searched on a grid (0-3 ms by 0.1 ms, 0-80 us by 2 us)
-over the TPOT of a scored sample plus increment x batch per rank, then checked by
-simulating the sample again. TensorRT-LLM's best increments were 0 and 2 us (left out)."""
+CPU_COST_RULES: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+"""Each backend's serving-loop CPU costs per step and per request in a step
+(``step_time.cpu_cost_rule``, pdsim.perf.config.CPU_COST_RULES, where the values and their
+fit live: docs/step-time.md, "Engine CPU costs: the cpu_cost_rule"); TensorRT-LLM's rule
+keeps pdsim's defaults."""
 
 DP_BALANCE: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm",
                               "sglang": "sglang_round_robin"}
@@ -498,8 +493,8 @@ def _step_time(plan: Plan, lay: Layout) -> dict[str, Any]:
         "weight_dtype": plan.weight_dtype, "expert_weight_dtype": plan.expert_weight_dtype,
         "kv_cache_dtype": plan.kv_dtype,
         "memory_rule": MEMORY_RULES.get(plan.backend, "pdsim")}
-    if plan.backend in CPU_COSTS_S:
-        st["overhead_s"], st["overhead_per_request_s"] = CPU_COSTS_S[plan.backend]
+    if plan.backend in CPU_COST_RULES:
+        st["cpu_cost_rule"] = CPU_COST_RULES[plan.backend]
     if plan.backend == "trtllm":
         st["free_gpu_memory_fraction"] = TRTLLM_FREE_GPU_MEMORY_FRACTION
     return st
