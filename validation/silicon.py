@@ -205,6 +205,57 @@ FP8_KV_PRECISIONS = frozenset({"fp8", "nvfp4"})
 ``_PROFILE_TO_QUANT``), as its checkpoint inference does for fp8/fp8_block/nvfp4
 checkpoints (``sdk/models/helpers.py``); bf16 and int4 weight-only keep a bf16 cache."""
 
+@dataclass(frozen=True)
+class MtpRecipe:
+    """Public benchmark recipes that ran MTP, known by the serving image a row records
+    (``image=`` in ``silicon_data_source``): rows of ``backend`` on ``system`` serving one
+    of ``models`` with that image ran ``drafts`` MTP drafts per step
+    (``drafts_attention_dp`` with attention data parallelism)."""
+
+    image: str
+    backend: str
+    system: str
+    models: frozenset[str]
+    drafts: int
+    drafts_attention_dp: int
+
+
+MTP_RECIPES: tuple[MtpRecipe, ...] = (
+    MtpRecipe("tensorrt-llm/release:1.2.0rc6.post3", "trtllm", "b200_sxm",
+              frozenset({"deepseek-ai/DeepSeek-R1"}), 3, 1),
+)
+"""InferenceMAX's (SemiAnalysisAI/InferenceX) ``.github/configs/nvidia-master.yaml`` from
+2026-02-05 (5d517074c, ``dsr1-fp8-b200-trt-mtp``) and 2026-02-06 (0aae52d4c,
+``dsr1-fp4-b200-trt-mtp``) to 2026-04-10 gives the image
+``nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3`` to those two recipes only, every
+search-space entry ``spec-decoding: mtp``; the STP recipes ``dsr1-fp4-b200-trt`` and
+``dsr1-fp8-b200-trt`` ran ``1.2.0rc6.post2``. Their scripts
+(``benchmarks/dsr1_fp{4,8}_b200_trt_mtp.sh``) set ``num_nextn_predict_layers`` 3, or 1
+when ``DP_ATTENTION`` is true. The sample's rows with that image were measured on
+2026-02-05 and -06 (docs/validation-silicon.md, "MTP")."""
+
+MTP_ACCEPTANCE_RATES = (0.92, 0.66, 0.24)
+"""Per-position acceptance of DeepSeek-R1's MTP drafts (TensorRT-LLM tech blog 1, "Pushing
+Latency Boundaries: Optimizing DeepSeek-R1 Performance on NVIDIA B200 GPUs", section
+"Autoregressive MTP Layers": acceptance lengths 1.92, 2.58, 2.82 for MTP 1-3 on 8 x B200;
+the rates are their successive differences, as validation row
+trtllm-dsr1-b200-bs1-mtp3-speedup uses them). Measured on that blog's dataset, not on
+InferenceMAX's random prompts."""
+
+
+def mtp_drafts(row: SiliconRow, attention_dp: bool) -> int:
+    """MTP drafts per step the row's recipe ran (``MTP_RECIPES``), else 0."""
+    f = row.fields
+    m = re.search(r"image=([^;\s]+)", f["silicon_data_source"])
+    if m is None:
+        return 0
+    for rec in MTP_RECIPES:
+        if (m.group(1).endswith(rec.image) and f["backend"] == rec.backend
+                and f["system"] == rec.system and f["model_path"] in rec.models):
+            return rec.drafts_attention_dp if attention_dp else rec.drafts
+    return 0
+
+
 LIKELY_MTP_RATIO = 1.5
 """A row of an MTP-capable model whose pdsim TPOT (no speculation) exceeds the measured by
 this factor is flagged as likely measured with MTP (a flag for reporting, not a fit)."""
@@ -344,6 +395,8 @@ class Plan:
     backend: str = ""
     kv_dtype: str = "bf16"
     protocol: str = "aiperf"
+    mtp_drafts: int = 0
+    """MTP draft tokens per step where the row's recipe proves MTP ran (``MTP_RECIPES``)."""
 
 
 def _dtype(quant: str, precision: str, default: str) -> str:
@@ -402,9 +455,10 @@ def plan_row(row: SiliconRow) -> Plan:
             raise NotExpressible("tensor parallel size does not divide the attention heads",
                                  f"{model}: {heads} heads, tp {lay.tp}")
     kv = "fp8" if wd in FP8_KV_PRECISIONS else "bf16"
+    attention_dp = any(lay.dp > 1 for lay in roles.values())
     plan = Plan(row.id, model, hardware, wd, ed, f["mode"], c, int(f["isl"]), int(f["osl"]),
                 BLOCK_TOKENS.get(f["backend"], 16), roles, f["backend"], kv,
-                row_protocol(row))
+                row_protocol(row), mtp_drafts(row, attention_dp))
     for lay in roles.values():
         if not _weights_fit(plan, lay):
             raise NotExpressible(NO_FIT_REASON, f"{plan.backend} on {plan.hardware}")
@@ -556,6 +610,16 @@ def _no_evict_seqs(plan: Plan, role: str, st: dict[str, Any], sched: dict[str, A
     return int(max(1, min(sched["max_num_seqs"], blocks // per_request)))
 
 
+def speculative(plan: Plan) -> dict[str, Any]:
+    """The row's speculation: MTP where its recipe ran it (``MTP_RECIPES``), at the public
+    acceptance (``MTP_ACCEPTANCE_RATES``); else none."""
+    if not plan.mtp_drafts:
+        return {"method": "none"}
+    return {"method": "mtp", "num_speculative_tokens": plan.mtp_drafts,
+            "acceptance": {"kind": "per_position",
+                           "rates": list(MTP_ACCEPTANCE_RATES[:plan.mtp_drafts])}}
+
+
 def build_config(plan: Plan) -> dict[str, Any]:
     """The pdsim config mapping of a plan (closed loop at C, the protocol's request count and
     lengths, no speculation)."""
@@ -587,7 +651,7 @@ def build_config(plan: Plan) -> dict[str, Any]:
     return {
         "name": plan.row_id[:64], "seed": 0,
         "model": {"profile": plan.model},
-        "speculative": {"method": "none"},
+        "speculative": speculative(plan),
         "step_time": root,
         "router": {"policy": "round_robin",
                    "frontend_latency_s": FRONTEND_LATENCY_S.get(plan.backend, 0.0),
@@ -665,7 +729,8 @@ def score_row(row: SiliconRow) -> Score:
     p_ttft = aiperf_mean(ttft, plan.concurrency, rounds) * 1e3 if finished.all() else math.nan
     p_tpot = aiperf_mean(tpot, plan.concurrency, rounds) * 1e3 if finished.all() else math.nan
     preemptions = int(res.summary["preemptions"])
-    likely = (plan.model in MTP_PROFILES and preemptions == 0 and math.isfinite(p_tpot)
+    likely = (plan.model in MTP_PROFILES and not plan.mtp_drafts and preemptions == 0
+              and math.isfinite(p_tpot)
               and p_tpot > LIKELY_MTP_RATIO * row.tpot_ms)
     return Score(row.id, row.split, row.partition, row.fields["model_path"], plan.concurrency,
                  plan.isl, plan.osl, row.ttft_ms, row.tpot_ms, p_ttft, p_tpot,
@@ -1088,8 +1153,17 @@ def render(out: Outcome, meta: Meta) -> str:
         "size does not divide the model's attention heads (DeepSeek's 128 MLA heads at TP "
         "48 or 72) is not expressible: no engine shards attention so, so the row's recorded "
         "layout is not the one that ran.")
-    add(f"- **MTP.** The sample has no speculative-decoding column. pdsim runs every row "
-        f"without speculation (as AIConfigurator's prediction inputs also do). A row is "
+    add(f"- **MTP.** The sample has no speculative-decoding column. A row whose recorded "
+        f"serving image only MTP recipes used (`MTP_RECIPES`) runs MTP: InferenceMAX's "
+        f"`nvidia-master.yaml` gave `tensorrt-llm/release:1.2.0rc6.post3` from 2026-02-05 to "
+        f"2026-04-10 only to `dsr1-fp4-b200-trt-mtp` and `dsr1-fp8-b200-trt-mtp` (every "
+        f"entry `spec-decoding: mtp`; the STP recipes ran `1.2.0rc6.post2`), whose scripts "
+        f"set `num_nextn_predict_layers` 3, or 1 with attention DP; pdsim runs them so, at "
+        f"the per-position acceptance {list(MTP_ACCEPTANCE_RATES)} of TensorRT-LLM's "
+        f"DeepSeek-R1 B200 blog (acceptance lengths 1.92 and 2.82 for 1 and 3 drafts; "
+        f"measured on the blog's dataset, not on these random prompts). Every other row "
+        f"runs without speculation (as AIConfigurator's prediction inputs also do). Of "
+        f"those, a row is "
         f"flagged *likely MTP* when its model ships an MTP head (DeepSeek-V3/R1), pdsim's run "
         f"has no preemptions (which inflate TPOT for another reason) and pdsim's "
         f"no-speculation TPOT is more than {LIKELY_MTP_RATIO}x the measured one: no "

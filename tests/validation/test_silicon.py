@@ -224,6 +224,36 @@ def test_aiperf_prompt_pool_is_cached_where_the_backend_caches(
         assert not ocfg.cluster.colocated.scheduler.enable_prefix_caching  # type: ignore[union-attr]
 
 
+def test_rows_of_an_mtp_recipe_image_run_mtp(sample: list[S.SiliconRow]) -> None:
+    # the image only InferenceMAX's MTP recipes used: 3 drafts, 1 with attention DP, at
+    # the TensorRT-LLM blog's per-position acceptance
+    img = ("source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=8; "
+           "measured=2026-02-06T00:00:00.000Z; wip=False; "
+           "image=nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post3")
+    plan = S.plan_row(_row(silicon_data_source=img, precision="fp4", gemm_quant_mode="nvfp4",
+                           moe_quant_mode="nvfp4"))
+    assert plan.mtp_drafts == 3
+    cfg = pdsim.load_config(S.build_config(plan))
+    assert (cfg.speculative.method, cfg.speculative.num_speculative_tokens) == ("mtp", 3)
+    assert cfg.speculative.acceptance.rates == (0.92, 0.66, 0.24)  # type: ignore[union-attr]
+    dp = S.plan_row(_row(silicon_data_source=img, tp_size="1", attention_dp_size="8",
+                         moe_tp_size="1", moe_ep_size="8", batch_size="1"))
+    assert dp.mtp_drafts == 1
+    assert S.build_config(dp)["speculative"]["acceptance"]["rates"] == [0.92]
+    # the STP recipes' image, another backend or model, or no image: no speculation
+    stp = img.replace("rc6.post3", "rc6.post2")
+    for row in (_row(silicon_data_source=stp), _row(silicon_data_source=img, backend="sglang"),
+                _row(silicon_data_source=img, system="h200_sxm"), _row()):
+        other = S.plan_row(row)
+        assert other.mtp_drafts == 0
+        assert S.build_config(other)["speculative"] == {"method": "none"}
+    # over the sample: the B200 TensorRT-LLM DeepSeek-R1 rows measured on that image
+    hits = [r for r in sample if "rc6.post3" in r.fields["silicon_data_source"]]
+    assert len(hits) == 88
+    assert {(r.fields["backend"], r.fields["system"], r.fields["model_path"]) for r in hits} == {
+        ("trtllm", "b200_sxm", "deepseek-ai/DeepSeek-R1")}
+
+
 def test_memory_rule_kv_dtype_and_admission_follow_the_backend() -> None:
     # TensorRT-LLM: free_gpu_memory_fraction 0.8 as AIC's generator writes it, an fp8 KV
     # cache for an fp8 deployment (AIC's fp8 quant profile), and no-evict admission
