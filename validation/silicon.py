@@ -620,6 +620,24 @@ def speculative(plan: Plan) -> dict[str, Any]:
                            "rates": list(MTP_ACCEPTANCE_RATES[:plan.mtp_drafts])}}
 
 
+def router(plan: Plan) -> dict[str, Any]:
+    """Round-robin routing and the backend's first-response rule. The rule's delay is
+    fitted in output tokens on rows without speculation, where an engine step emits one
+    token; the streams it stands for (e.g. TensorRT-LLM's ``stream_interval``) count engine
+    iterations, so on an MTP row the same number of steps is that many times the
+    acceptance length in tokens (``MTP_ACCEPTANCE_RATES``)."""
+    rule = RESPONSE_RULES.get(plan.backend, "pdsim")
+    out: dict[str, Any] = {"policy": "round_robin",
+                           "frontend_latency_s": FRONTEND_LATENCY_S.get(plan.backend, 0.0),
+                           "response_rule": rule}
+    if plan.mtp_drafts:
+        from pdsim.config_sections import RESPONSE_RULES as DELAY_TOKENS
+
+        tokens_per_step = 1 + sum(MTP_ACCEPTANCE_RATES[:plan.mtp_drafts])
+        out["first_response_delay_tokens"] = round(DELAY_TOKENS[rule] * tokens_per_step)
+    return out
+
+
 def build_config(plan: Plan) -> dict[str, Any]:
     """The pdsim config mapping of a plan (closed loop at C, the protocol's request count and
     lengths, no speculation)."""
@@ -653,9 +671,7 @@ def build_config(plan: Plan) -> dict[str, Any]:
         "model": {"profile": plan.model},
         "speculative": speculative(plan),
         "step_time": root,
-        "router": {"policy": "round_robin",
-                   "frontend_latency_s": FRONTEND_LATENCY_S.get(plan.backend, 0.0),
-                   "response_rule": RESPONSE_RULES.get(plan.backend, "pdsim")},
+        "router": router(plan),
         "cluster": cluster,
         "workload": workload,
     }
@@ -1161,7 +1177,9 @@ def render(out: Outcome, meta: Meta) -> str:
         f"set `num_nextn_predict_layers` 3, or 1 with attention DP; pdsim runs them so, at "
         f"the per-position acceptance {list(MTP_ACCEPTANCE_RATES)} of TensorRT-LLM's "
         f"DeepSeek-R1 B200 blog (acceptance lengths 1.92 and 2.82 for 1 and 3 drafts; "
-        f"measured on the blog's dataset, not on these random prompts). Every other row "
+        f"measured on the blog's dataset, not on these random prompts); their first "
+        f"response comes the backend's rule's number of engine steps after the first "
+        f"token (the rule's tokens x the acceptance length, `router()`). Every other row "
         f"runs without speculation (as AIConfigurator's prediction inputs also do). Of "
         f"those, a row is "
         f"flagged *likely MTP* when its model ships an MTP head (DeepSeek-V3/R1), pdsim's run "

@@ -236,10 +236,14 @@ def test_rows_of_an_mtp_recipe_image_run_mtp(sample: list[S.SiliconRow]) -> None
     cfg = pdsim.load_config(S.build_config(plan))
     assert (cfg.speculative.method, cfg.speculative.num_speculative_tokens) == ("mtp", 3)
     assert cfg.speculative.acceptance.rates == (0.92, 0.66, 0.24)  # type: ignore[union-attr]
+    # the first-response delay is the rule's engine steps: TensorRT-LLM's 11 at 2.82 tokens
+    assert cfg.router.response_rule == "trtllm"
+    assert cfg.router.first_response_tokens == round(11 * 2.82) == 31
     dp = S.plan_row(_row(silicon_data_source=img, tp_size="1", attention_dp_size="8",
                          moe_tp_size="1", moe_ep_size="8", batch_size="1"))
     assert dp.mtp_drafts == 1
     assert S.build_config(dp)["speculative"]["acceptance"]["rates"] == [0.92]
+    assert S.build_config(dp)["router"]["first_response_delay_tokens"] == round(11 * 1.92)
     # the STP recipes' image, another backend or model, or no image: no speculation
     stp = img.replace("rc6.post3", "rc6.post2")
     for row in (_row(silicon_data_source=stp), _row(silicon_data_source=img, backend="sglang"),
@@ -247,6 +251,7 @@ def test_rows_of_an_mtp_recipe_image_run_mtp(sample: list[S.SiliconRow]) -> None
         other = S.plan_row(row)
         assert other.mtp_drafts == 0
         assert S.build_config(other)["speculative"] == {"method": "none"}
+        assert "first_response_delay_tokens" not in S.build_config(other)["router"]
     # over the sample: the B200 TensorRT-LLM DeepSeek-R1 rows measured on that image
     hits = [r for r in sample if "rc6.post3" in r.fields["silicon_data_source"]]
     assert len(hits) == 88
