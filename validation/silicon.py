@@ -1130,8 +1130,9 @@ def render(out: Outcome, meta: Meta) -> str:
         "warm-up fills the cache.")
     add("  - Both: the measured phase starts from an idle server with a burst of C requests "
         "and TTFT includes server-side queueing, the prompts batched with it and (disagg) "
-        "the KV transfer. pdsim has no cold-start effects to warm up, so it runs the "
-        "measured phase alone, from an idle cluster; where C x OSL x rounds would pass "
+        "the KV transfer. pdsim has no cold-start effects to warm up (but the prefix "
+        "cache above), so it runs the measured phase alone, from an idle cluster; where "
+        "C x OSL x rounds would pass "
         f"{OUTPUT_TOKEN_BUDGET:,} output tokens it runs as many rounds as fit, at least "
         f"{MIN_MEASURED_ROUNDS}, and weighs the first round (the burst) 1/rounds as the "
         "full run would. Not mirrored: the InferenceMAX recipes' own server settings "
