@@ -25,7 +25,7 @@ from pdsim.engine.decode_run import DecodeRun
 from pdsim.engine.events import LoopResume, StepEnd, step_end_priority
 from pdsim.engine.kv_manager import KVManager
 from pdsim.engine.look_ahead import FreshRows
-from pdsim.engine.request import Request
+from pdsim.engine.request import Phase, Request
 from pdsim.engine.route_view import RoutingState
 from pdsim.engine.run_plan import plan_run_window, run_may_be_taken
 from pdsim.engine.scheduler import DrawSource, Scheduler, StepOutcome, StepPlan
@@ -212,6 +212,17 @@ class Instance:
         return RoutingState(len(self.waiting) + len(self.receiving), len(self.running),
                             pool.num_used / pool.num_blocks,
                             len(cache) if cache is not None else 0)
+
+    def output_tokens_of(self, req: Request) -> int:
+        """The output tokens ``req`` has produced so far, as this instance has them: its
+        decode row's count while it decodes in a row here (the row runs ahead of the
+        request, which is settled from it when it leaves the row), else the request's own.
+        A read for observers (``pdsim serve`` streams it after every step)."""
+        rows, slot = self.rows, req.slot
+        if (req.phase is Phase.DECODE and 0 <= slot < rows.count
+                and rows.request_of_row[slot] is req):
+            return int(rows.output_tokens.item(slot))
+        return req.num_output
 
     def cached_prefix_blocks(self, hash_ids: Sequence[int]) -> int:
         """Leading blocks of ``hash_ids`` in this instance's prefix cache (a read)."""

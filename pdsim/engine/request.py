@@ -39,13 +39,14 @@ class Status(enum.Enum):
 
 class HandOver:
     """The facts of one P -> D hand-over attempt of a request, in one small record that
-    only the ``Simulation`` writes (a test checks the writes): which P prefilled it and
-    when its blocks were pinned, which D it went to and when, the prompt tokens D loads
-    from P, when the KV load was asked for and when it landed (or why it failed), and
-    the bytes moved. A request holds the record of its current attempt
-    (``Request.handover``; None before P finishes, and on a colocated instance); an
-    outage retry (``attempt`` + 1) starts a new one. The records and the invariant
-    checker read the hand-over's facts from here."""
+    only the cluster's proxy and KV transfers write, each field one of them
+    (``pdsim.cluster``; a test checks the writes): which P prefilled it and when its
+    blocks were pinned, which D it went to and when, the prompt tokens D loads from P,
+    when the KV load was asked for and when it landed (or why it failed), and the bytes
+    moved. A request holds the record of its current attempt (``Request.handover``; None
+    before P finishes, and on a colocated instance); an outage retry (``attempt`` + 1)
+    starts a new one. The records and the invariant checker read the hand-over's facts
+    from here."""
 
     __slots__ = ("attempt", "d_name", "kv_failed", "kv_landed_s", "kv_nbytes", "kv_start_s",
                  "kv_tokens", "p_name", "pinned_s", "sent_s")
@@ -138,7 +139,7 @@ class Request:
         self.d_instance = ""
         self.first_token_s = NAN
         self.finish_s = NAN
-        # the current attempt's hand-over record (only the Simulation writes it)
+        # the current attempt's hand-over record (only the proxy sets it: pdsim.cluster.proxy)
         self.handover: HandOver | None = None
         self.start_attempt()
         self.num_preemptions = 0
@@ -193,7 +194,7 @@ class Request:
 
     def start_attempt(self) -> None:
         """Clear the working state and the per-hop facts: the request (again) starts at
-        the proxy, before P (on creation, and on a retry after an outage; the Simulation
+        the proxy, before P (on creation, and on a retry after an outage; the proxy
         then starts a new hand-over record too)."""
         self.kv_params: KVTransferParams | None = None
         self.phase = Phase.WAITING

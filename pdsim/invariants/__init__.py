@@ -30,7 +30,7 @@ Invariants (after every event):
    the current attempt agrees with the request (its P, pin time, D and queue time), a
    load that landed counts the bytes P's layout gives and never also failed, and a P
    pins only requests whose record names it. The hand-over's facts are read from the
-   record the Simulation writes, never from the request's working fields.
+   record the proxy and the KV transfers write, never from the request's working fields.
 6. **Per-request timestamps are ordered** (those that are set): arrival <= p_queued <=
    p_start <= p_end <= d_queued <= transfer_start <= transfer_end <= first_token <=
    finish; none is later than the end of a step an instance has already committed; once

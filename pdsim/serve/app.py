@@ -321,7 +321,7 @@ async def _whole(reply: _Reply, chan: Channel) -> JSONResponse:
 
 def build_app(state: ServeState, instance: str | None = None) -> Starlette:
     """The app of the main port (``instance`` None) or of one instance's port."""
-    inst = state.cluster.sim.by_name[instance] if instance is not None else None
+    inst = state.cluster.instance(instance) if instance is not None else None
 
     async def generate(request: Request, chat: bool) -> Response:
         try:

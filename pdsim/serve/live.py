@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pdsim.config import Role, SimConfig
-from pdsim.engine.request import Phase, Request, Status
+from pdsim.engine.request import Request, Status
 from pdsim.simulation import Simulation
 from pdsim.workload import RequestSpecs
 
@@ -136,6 +136,10 @@ class LiveCluster:
     def instances(self, role: Role | None = None) -> list[Instance]:
         return [i for i in self.sim.instances if role is None or i.role is role]
 
+    def instance(self, name: str) -> Instance:
+        """The instance called ``name`` (a client's ``--pd-endpoints`` address)."""
+        return self.sim.by_name[name]
+
     @property
     def disaggregated(self) -> bool:
         return not self.sim.colocated
@@ -237,10 +241,7 @@ class LiveCluster:
             self._emit(lr, Event("transfer", req.transfer_end_s, 0))
         d = inst if inst is not None and inst.name == req.d_instance else (
             self.sim.by_name.get(req.d_instance) if req.d_instance else None)
-        count = req.num_output
-        if (d is not None and req.phase is Phase.DECODE and 0 <= req.slot < d.rows.count
-                and d.rows.request_of_row[req.slot] is req):
-            count = d.rows.output_tokens.item(req.slot)
+        count = d.output_tokens_of(req) if d is not None else req.num_output
         if count > lr.emitted:
             self._emit(lr, Event("tokens", at, count - lr.emitted))
             lr.emitted = count

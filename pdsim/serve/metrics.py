@@ -65,9 +65,10 @@ class _Gauges(Collector):
                                   "KV-cache usage. 1 means 100 percent usage.", labels=labels)
         for inst in m.cluster.instances():
             lv = [m.model_name, inst.name]
-            running.add_metric(lv, float(len(inst.running)))
-            waiting.add_metric(lv, float(len(inst.waiting) + len(inst.receiving)))
-            usage.add_metric(lv, inst.pool.num_used / inst.pool.num_blocks)
+            state = inst.routing_state()  # vLLM's three gauges, as the routers read them
+            running.add_metric(lv, float(state.running))
+            waiting.add_metric(lv, float(state.waiting))
+            usage.add_metric(lv, state.kv_usage)
         yield running
         yield waiting
         yield usage

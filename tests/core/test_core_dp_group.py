@@ -263,8 +263,8 @@ def test_a_one_rank_engine_steps_as_an_instance_alone() -> None:
         if grouped:
             engine = DPGroup(sim.env, sim.decodes, "vllm")
             sim.dp_groups.append(engine)
-            sim._route_targets = {r: list(v) for r, v in sim.by_role.items()}
-            sim._route_targets[engine.role] = [engine]
+            sim.proxy.route_targets = {r: list(v) for r, v in sim.by_role.items()}
+            sim.proxy.route_targets[engine.role] = [engine]
         return list(sim.run().records)
 
     assert records(True) == records(False)

@@ -109,18 +109,26 @@ def _writes_and_builds(names: tuple[str, ...], builder: str) -> list[str]:
     return found
 
 
-def test_only_the_simulation_writes_the_hand_over_record() -> None:
+def test_only_the_proxy_and_the_kv_transfers_write_the_hand_over_record() -> None:
     """The facts of a hand-over attempt (``HandOver``: which P and D, the pin, the KV
-    load's start, landing or failure, the bytes) are made and written by the Simulation
-    alone; a request only holds its current attempt's record, which the Simulation sets
-    (``Request.handover``, None when the request is made)."""
+    load's start, landing or failure, the bytes) are made by the proxy (the second hop)
+    and written by it and by the KV transfers (the load), each field by one of them
+    alone; a request only holds its current attempt's record, which the proxy sets
+    (``Request.handover``, None when the request is made and on a retry)."""
     fields = _handover_fields()
     assert "kv_landed_s" in fields and "p_name" in fields
     writes = _writes_and_builds(fields, "HandOver")
-    assert writes, "the simulation builds and writes the record"
-    assert {w.split(":")[0] for w in writes} == {"simulation.py"}, writes
+    assert writes, "the proxy builds the record and the two write it"
+    assert {w.split(":")[0] for w in writes} == {"cluster/proxy.py",
+                                                 "cluster/kv_transfers.py"}, writes
+    builds = set(_writes_and_builds((), "HandOver"))
+    assert {b.split(":")[0] for b in builds} == {"cluster/proxy.py"}, builds
+    for name in fields:  # one writer for each field (the record's own defaults aside)
+        where = {w.split(":")[0] for w in set(_writes_and_builds((name,), "HandOver"))
+                 - builds}
+        assert len(where) <= 1, (name, where)
     sets = _attribute_writes("handover")
-    assert {w.split(":")[0] for w in sets} == {"simulation.py", "engine/request.py"}, sets
+    assert {w.split(":")[0] for w in sets} == {"cluster/proxy.py", "engine/request.py"}, sets
     # the request sets it only once, to None, as it is made
     in_request = [w for w in sets if w.startswith("engine/request.py")]
     assert len(in_request) == 1, in_request

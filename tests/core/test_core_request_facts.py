@@ -63,7 +63,7 @@ def test_dropping_requests_changes_no_fact(case: str, stop_s: float | None) -> N
     if stop_s is None:
         assert statuses <= {"finished", "failed", "rejected"} and "finished" in statuses
         # the dropping run holds no request object at the end
-        assert not dropped_sim._live and not dropped_sim._ended
+        assert not dropped_sim.table.live and not dropped_sim.table.ended
     else:
         assert "in_flight" in statuses, "the run should be interrupted mid-way"
     assert len(kept_sim.requests) == cfg.workload.num_requests

@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rel_support import examples, small, small_cfg
 
+from pdsim.cluster.kv_transfers import KVTransfers
+from pdsim.cluster.proxy import Proxy
 from pdsim.config import Role
 from pdsim.engine.instance import Instance
 from pdsim.engine.kvcache import BlockPool
@@ -362,25 +364,25 @@ def test_catches_a_double_free_of_p_blocks(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_catches_d_computing_before_the_kv_landed(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = Simulation.start_kv_transfer
+    original = KVTransfers.start
 
-    def land_at_once(self: Simulation, req: Any, d: Instance) -> None:
+    def land_at_once(self: KVTransfers, req: Any, d: Instance) -> None:
         original(self, req, d)
         d.kv_landed(req)  # D starts computing while the blocks are still in flight
 
-    monkeypatch.setattr(Simulation, "start_kv_transfer", land_at_once)
+    monkeypatch.setattr(KVTransfers, "start", land_at_once)
     with pytest.raises(InvariantViolation, match=r"landed|in flight"):
         run_checked(small_cfg())
 
 
 def test_catches_disordered_timestamps(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = Simulation.on_prefill_done
+    original = Proxy.on_prefill_done
 
-    def early_d_queue(self: Simulation, req: Any, p: Instance) -> None:
+    def early_d_queue(self: Proxy, req: Any, p: Instance) -> None:
         original(self, req, p)
         req.d_queued_s = req.p_start_s - 1e-3
 
-    monkeypatch.setattr(Simulation, "on_prefill_done", early_d_queue)
+    monkeypatch.setattr(Proxy, "on_prefill_done", early_d_queue)
     with pytest.raises(InvariantViolation, match=r"d_queued_s=.* before p_end_s"):
         run_checked(small_cfg())
 
@@ -397,13 +399,13 @@ def test_catches_more_accepted_than_drafted(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_catches_a_lost_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = Simulation._dispatch
+    original = Proxy.dispatch
 
-    def drop_some(self: Simulation, req: Any) -> None:
+    def drop_some(self: Proxy, req: Any) -> None:
         if req.id != 5:
             original(self, req)
 
-    monkeypatch.setattr(Simulation, "_dispatch", drop_some)
+    monkeypatch.setattr(Proxy, "dispatch", drop_some)
     with pytest.raises(InvariantViolation, match=r"never dispatched|deadlock"):
         run_checked(small_cfg())
 

@@ -242,7 +242,7 @@ def test_live_storage_grows_and_records_as_pregenerated(decode_runs: str,
     assert [str(r) for r in got.records] == [str(r) for r in want.records]
     assert got.segments == want.segments
     assert got.summary == want.summary
-    assert not sim._live  # every request recorded and let go
+    assert not sim.table.live  # every request recorded and let go
     if keep_requests:
         assert [r.id for r in sim.requests] == list(range(n))
         # the kept requests read their rows of the table the records hold
