@@ -495,13 +495,38 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
     return group
 
 
+def _length_values(tokens: int, protocol: BenchmarkProtocol) -> np.ndarray:
+    """Every length the protocol draws for a nominal ``tokens``, each equally likely."""
+    if protocol.range_ratio is None:
+        return np.array([tokens])
+    return np.arange(max(1, int(tokens * protocol.range_ratio)), tokens + 1)
+
+
+def request_blocks(plan: Plan, role: str) -> float:
+    """The KV blocks one request reserves to completion under GUARANTEED_NO_EVICT, on
+    average over the protocol's lengths: ``ceil((prompt + output) / block)`` (a prefill
+    instance holds the prompt and its first token). With fixed lengths every request
+    reserves the same; with InferenceMAX's uniform lengths the mean of the exact
+    distribution of the sum (the convolution of the two uniform laws)."""
+    protocol = PROTOCOLS[plan.protocol]
+    prompts = _length_values(plan.isl, protocol)
+    outputs = (np.array([1]) if role == "prefill"
+               else _length_values(plan.osl, protocol))
+    weights = np.convolve(np.ones(len(prompts)), np.ones(len(outputs)))
+    totals = np.arange(len(weights)) + prompts[0] + outputs[0]
+    blocks = -(-totals // plan.block_tokens)
+    return float(np.dot(weights, blocks) / weights.sum())
+
+
 def _no_evict_seqs(plan: Plan, role: str, st: dict[str, Any], sched: dict[str, Any]) -> int:
     """TensorRT-LLM's default capacity policy, GUARANTEED_NO_EVICT, admits a request only
-    when the blocks of its whole length (prompt + maximum output) can be reserved, so it
-    never preempts. With fixed lengths that is a cap on the running requests: the pool's
-    blocks over one request's (a prefill instance holds a prompt and its first token).
-    The pool is sized as pdsim sizes it; a pool that does not fit is left to pdsim's
-    error."""
+    when the blocks of its whole length (prompt + maximum output) can be reserved next to
+    what the running requests reserve to their completion, so it never preempts. pdsim
+    runs it as a cap on the running requests: the pool's blocks over what one request
+    reserves (``request_blocks``: with fixed lengths exactly the rule; with
+    InferenceMAX's drawn lengths the mean reservation, what the sum over the C running
+    requests of their own reservations settles at). The pool is sized as pdsim sizes it;
+    a pool that does not fit is left to pdsim's error."""
     from pdsim.errors import ConfigError
     from pdsim.perf.config import RooflineStepTimeConfig
     from pdsim.perf.memory import kv_blocks_per_instance
@@ -516,9 +541,8 @@ def _no_evict_seqs(plan: Plan, role: str, st: dict[str, Any], sched: dict[str, A
             **cfg.memory_rule_kwargs(sched["max_num_batched_tokens"]))
     except (ConfigError, ValueError):
         return int(sched["max_num_seqs"])
-    length = plan.isl + (1 if role == "prefill" else plan.osl)
-    per_request = math.ceil(length / plan.block_tokens)
-    return int(max(1, min(sched["max_num_seqs"], blocks // per_request)))
+    per_request = request_blocks(plan, role)
+    return int(max(1, min(sched["max_num_seqs"], math.floor(blocks / per_request))))
 
 
 def build_config(plan: Plan) -> dict[str, Any]:
@@ -1023,9 +1047,11 @@ def render(out: Outcome, meta: Meta) -> str:
         "memory free after weights and activations. A row whose weights leave no KV memory "
         "under its backend's default fraction is listed as not expressible (it ran with a "
         "fraction the sample does not record). TensorRT-LLM rows admit as its default "
-        "GUARANTEED_NO_EVICT capacity policy does: with fixed lengths, at most the pool's "
-        "blocks over one whole request's (prompt + output) run at once, so they never "
-        "preempt; vLLM and SGLang rows preempt as pdsim's scheduler does. Engine limits "
+        "GUARANTEED_NO_EVICT capacity policy does: at most the pool's blocks over what "
+        "one request reserves to completion (prompt + output) run at once, so they never "
+        "preempt (with InferenceMAX's drawn lengths the mean reservation over the drawn "
+        "lengths, `request_blocks`: the sum of C requests' own reservations settles at C "
+        "times it); vLLM and SGLang rows preempt as pdsim's scheduler does. Engine limits "
         "as AIConfigurator's generator writes them (max tokens per step ISL + 1500, + the "
         "batch for agg; the batch for decode); no per-rank batch cap unless "
         "the row gives one; round-robin routing; no speculation. A row whose tensor-parallel "
