@@ -100,6 +100,7 @@ class Scheduler:
         self.chunked = sched.enable_chunked_prefill
         self.long_prefill_threshold = sched.long_prefill_token_threshold
         self.prefill_first = sched.prefill_policy == "prefill_first"
+        self.hold_prompts = False  # an attention-DP engine's context balance (dp_group)
         self.lookahead = lookahead_tokens  # the shared contract
         # queues
         self.waiting = WaitingQueue()
@@ -303,7 +304,8 @@ class Scheduler:
         num_rows = rows.count
 
         padded: list[Request] = []
-        self.admit(budget, num_rows, bool(chunks), now_s, chunks, padded)
+        if not self.hold_prompts:
+            self.admit(budget, num_rows, bool(chunks), now_s, chunks, padded)
         if self.prefill_first and chunks:
             num_rows = 0  # SGLang: a prefill batch runs alone; the decode rows wait
 
