@@ -177,6 +177,17 @@ the first streamed response the client receives, which arrives some output token
 the engine's first token (pdsim.config_sections.RESPONSE_RULES, fitted on fit rows only;
 docs/validation-silicon.md, "Why TTFT is short")."""
 
+TRTLLM_ADP_CONTEXT_WAIT_STEPS = 60
+"""TensorRT-LLM's attention-DP context balance in InferenceMAX's recipes: every DeepSeek-R1
+TensorRT-LLM recipe that turns attention DP on adds ``attention_dp_config:
+{batching_wait_iters: 0, enable_balance: true, timeout_iters: 60}``
+(``benchmarks/single_node/dsr1_{fp4,fp8}_b200_trt.sh``, ``dsr1_fp8_h200_trt.sh`` of
+SemiAnalysisAI/InferenceX at 51e31df, the state of 2026-04-06; the same at 12ba0ae,
+2026-03-25). Run as ``attention_dp_context_wait_steps`` on the agg attention-DP rows of
+that protocol; AIConfigurator's generator sets no ``attention_dp_config`` (TensorRT-LLM's
+default: no balance), so its rows run without it (docs/step-time.md, "The attention-DP
+context balance")."""
+
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.8
 """``kv_cache_config.free_gpu_memory_fraction`` as AIConfigurator's generator writes it
 (``backend_templates/trtllm/extra_engine_args.yaml.j2``: ``default(0.80)``)."""
@@ -492,6 +503,9 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
              "scheduler": sched}
     if lay.dp > 1:
         group.update(attention_dp_size=lay.dp, attention_dp_balance=DP_BALANCE[plan.backend])
+        if (plan.backend == "trtllm" and role == "colocated"
+                and plan.protocol == "inferencemax"):
+            group["attention_dp_context_wait_steps"] = TRTLLM_ADP_CONTEXT_WAIT_STEPS
     return group
 
 
