@@ -307,6 +307,14 @@ class SchedulerConfig(StrictModel):
     batching); prefill_first: a step that can run prompt work runs only prefill chunks, up to
     max_num_batched_tokens, and the decode rows wait (SGLang's default scheduler, without
     --enable-mixed-chunk)."""
+    recv_interval_steps: Annotated[int, Field(ge=1), at_most(
+        100_000, "a wait counted in engine steps")] = 1
+    """SGLang's ``--scheduler-recv-interval`` (``SchedulerRecvSkipper``): new requests are
+    taken into the queue only when the steps since the last take weigh this much, a
+    pure-decode step 1 and any other step (prompt work, or none: idle) past every
+    interval; until then waiting prompts are not admitted. 1: every step (vLLM,
+    TensorRT-LLM, SGLang's default). An instance with an interval steps one step at a
+    time (no decode runs)."""
 
 
 class ConnectorConfig(StrictModel):
