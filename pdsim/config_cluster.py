@@ -68,6 +68,15 @@ class InstanceGroupConfig(StrictModel):
     CUDA-graph capture size), ``sglang`` / ``trtllm`` (decode-only steps), ``none``
     (eager); null: the rule of the ``attention_dp_balance`` backend. Read only with
     attention_dp_size > 1."""
+    attention_dp_context_wait_steps: Annotated[int, Field(ge=0), at_most(
+        1_000_000, "a wait counted in engine steps")] = 0
+    """TensorRT-LLM's attention-DP context balance (``attention_dp_config: enable_balance:
+    true, timeout_iters: N``, PyExecutor ``_balance_adp_requests``): while every rank runs
+    decode rows but not every rank has a prompt waiting (and room for it), the engine's
+    steps admit no new prompt, until every rank has one or N steps have passed (the count
+    runs on over steps without waiting prompts and restarts when prompts are let in).
+    0: off (TensorRT-LLM's default). Read only on a colocated pool with
+    attention_dp_size > 1."""
 
     @property
     def dp_padding(self) -> str:

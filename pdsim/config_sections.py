@@ -307,6 +307,14 @@ class SchedulerConfig(StrictModel):
     batching); prefill_first: a step that can run prompt work runs only prefill chunks, up to
     max_num_batched_tokens, and the decode rows wait (SGLang's default scheduler, without
     --enable-mixed-chunk)."""
+    recv_interval_steps: Annotated[int, Field(ge=1), at_most(
+        100_000, "a wait counted in engine steps")] = 1
+    """SGLang's ``--scheduler-recv-interval`` (``SchedulerRecvSkipper``): new requests are
+    taken into the queue only when the steps since the last take weigh this much, a
+    pure-decode step 1 and any other step (prompt work, or none: idle) past every
+    interval; until then waiting prompts are not admitted. 1: every step (vLLM,
+    TensorRT-LLM, SGLang's default). An instance with an interval steps one step at a
+    time (no decode runs)."""
 
 
 class ConnectorConfig(StrictModel):
@@ -389,7 +397,7 @@ class CacheAwareRouting(StrictModel):
 
 
 ResponseRule = Literal["pdsim", "vllm", "sglang", "trtllm"]
-RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 5, "sglang": 26, "trtllm": 11}
+RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 5, "sglang": 17, "trtllm": 13}
 """Per serving stack, the output tokens after the engine's first token at which a
 streaming client receives its first response: none for pdsim; for vLLM, SGLang and
 TensorRT-LLM fitted to the fit rows of AIConfigurator's silicon sample (the measured TTFT

@@ -195,6 +195,39 @@ the first streamed response the client receives, which arrives some output token
 the engine's first token (pdsim.config_sections.RESPONSE_RULES, fitted on fit rows only;
 docs/validation-silicon.md, "Why TTFT is short")."""
 
+TRTLLM_ADP_CONTEXT_WAIT_STEPS = 60
+"""TensorRT-LLM's attention-DP context balance in InferenceMAX's recipes: every DeepSeek-R1
+TensorRT-LLM recipe that turns attention DP on adds ``attention_dp_config:
+{batching_wait_iters: 0, enable_balance: true, timeout_iters: 60}``
+(``benchmarks/single_node/dsr1_{fp4,fp8}_b200_trt.sh``, ``dsr1_fp8_h200_trt.sh`` of
+SemiAnalysisAI/InferenceX at 51e31df, the state of 2026-04-06; the same at 12ba0ae,
+2026-03-25). Run as ``attention_dp_context_wait_steps`` on the agg attention-DP rows of
+that protocol; AIConfigurator's generator sets no ``attention_dp_config`` (TensorRT-LLM's
+default: no balance), so its rows run without it (docs/step-time.md, "The attention-DP
+context balance")."""
+
+SGLANG_RECV_INTERVALS = {"low": 10, "high": 30, "low_concurrency_below": 16}
+"""SGLang's ``--scheduler-recv-interval`` in InferenceMAX's DeepSeek-R1 recipes on B200
+(``benchmarks/single_node/dsr1_fp4_b200.sh`` and ``dsr1_fp8_b200.sh`` of
+SemiAnalysisAI/InferenceX at 12ba0ae, 2026-03-25, and 51e31df, 2026-04-06): 30 at a
+concurrency of 16 or more, else 10 (the fp8 recipe at TP 4: 10 always); the H200 recipe
+(``dsr1_fp8_h200.sh``) sets none, nor does AIConfigurator's generator. Run as
+``scheduler.recv_interval_steps`` (``sglang_recv_interval``)."""
+
+
+def sglang_recv_interval(plan: Plan, lay: Layout) -> int:
+    """The receive interval a row's SGLang server ran with (``SGLANG_RECV_INTERVALS``):
+    InferenceMAX's agg DeepSeek-R1 recipes on B200; 1 (every step) otherwise."""
+    if not (plan.backend == "sglang" and plan.protocol == "inferencemax"
+            and plan.mode == "agg" and plan.hardware == "b200"
+            and plan.model == "deepseek-v3"):
+        return 1
+    iv = SGLANG_RECV_INTERVALS
+    if plan.weight_dtype == "fp8" and lay.tp == 4:
+        return iv["low"]
+    return iv["high"] if plan.concurrency >= iv["low_concurrency_below"] else iv["low"]
+
+
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.8
 """``kv_cache_config.free_gpu_memory_fraction`` as AIConfigurator's generator writes it
 (``backend_templates/trtllm/extra_engine_args.yaml.j2``: ``default(0.80)``)."""
@@ -575,22 +608,53 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
                              "prefill_policy": PREFILL_POLICIES[plan.backend]}
     if role != "decode" and reuses_prompts(plan):
         sched["enable_prefix_caching"] = True
+    recv = sglang_recv_interval(plan, lay)
+    if recv > 1:
+        sched["recv_interval_steps"] = recv
     if plan.backend == "trtllm":
         sched["max_num_seqs"] = _no_evict_seqs(plan, role, st, sched)
     group = {"count": lay.instances, "kv_cache_gib": None, "step_time": st,
              "scheduler": sched}
     if lay.dp > 1:
         group.update(attention_dp_size=lay.dp, attention_dp_balance=DP_BALANCE[plan.backend])
+        if (plan.backend == "trtllm" and role == "colocated"
+                and plan.protocol == "inferencemax"):
+            group["attention_dp_context_wait_steps"] = TRTLLM_ADP_CONTEXT_WAIT_STEPS
     return group
+
+
+def _length_values(tokens: int, protocol: BenchmarkProtocol) -> np.ndarray:
+    """Every length the protocol draws for a nominal ``tokens``, each equally likely."""
+    if protocol.range_ratio is None:
+        return np.array([tokens])
+    return np.arange(max(1, int(tokens * protocol.range_ratio)), tokens + 1)
+
+
+def request_blocks(plan: Plan, role: str) -> float:
+    """The KV blocks one request reserves to completion under GUARANTEED_NO_EVICT, on
+    average over the protocol's lengths: ``ceil((prompt + output) / block)`` (a prefill
+    instance holds the prompt and its first token). With fixed lengths every request
+    reserves the same; with InferenceMAX's uniform lengths the mean of the exact
+    distribution of the sum (the convolution of the two uniform laws)."""
+    protocol = PROTOCOLS[plan.protocol]
+    prompts = _length_values(plan.isl, protocol)
+    outputs = (np.array([1]) if role == "prefill"
+               else _length_values(plan.osl, protocol))
+    weights = np.convolve(np.ones(len(prompts)), np.ones(len(outputs)))
+    totals = np.arange(len(weights)) + prompts[0] + outputs[0]
+    blocks = -(-totals // plan.block_tokens)
+    return float(np.dot(weights, blocks) / weights.sum())
 
 
 def _no_evict_seqs(plan: Plan, role: str, st: dict[str, Any], sched: dict[str, Any]) -> int:
     """TensorRT-LLM's default capacity policy, GUARANTEED_NO_EVICT, admits a request only
-    when the blocks of its whole length (prompt + maximum output) can be reserved, so it
-    never preempts. With fixed lengths that is a cap on the running requests: the pool's
-    blocks over one request's (a prefill instance holds a prompt and its first token).
-    The pool is sized as pdsim sizes it; a pool that does not fit is left to pdsim's
-    error."""
+    when the blocks of its whole length (prompt + maximum output) can be reserved next to
+    what the running requests reserve to their completion, so it never preempts. pdsim
+    runs it as a cap on the running requests: the pool's blocks over what one request
+    reserves (``request_blocks``: with fixed lengths exactly the rule; with
+    InferenceMAX's drawn lengths the mean reservation, what the sum over the C running
+    requests of their own reservations settles at). The pool is sized as pdsim sizes it;
+    a pool that does not fit is left to pdsim's error."""
     from pdsim.errors import ConfigError
     from pdsim.perf.config import RooflineStepTimeConfig
     from pdsim.perf.memory import kv_blocks_per_instance
@@ -605,9 +669,8 @@ def _no_evict_seqs(plan: Plan, role: str, st: dict[str, Any], sched: dict[str, A
             **cfg.memory_rule_kwargs(sched["max_num_batched_tokens"]))
     except (ConfigError, ValueError):
         return int(sched["max_num_seqs"])
-    length = plan.isl + (1 if role == "prefill" else plan.osl)
-    per_request = math.ceil(length / plan.block_tokens)
-    return int(max(1, min(sched["max_num_seqs"], blocks // per_request)))
+    per_request = request_blocks(plan, role)
+    return int(max(1, min(sched["max_num_seqs"], math.floor(blocks / per_request))))
 
 
 def speculative(plan: Plan) -> dict[str, Any]:
@@ -787,12 +850,11 @@ def stratified_sample(rows: Sequence[SiliconRow], n: int | None) -> list[Silicon
 
 CI_ROWS_PER_SPLIT = 10
 CI_COST_LIMIT = 300_000
-CI_MEASURED_ON = ("2026-12-02 on the merge of issue 25's fourth round (collectives from "
-                  "placement, the backends' CPU costs, attention-DP engines, each row's "
-                  "benchmark protocol, the first-response rules)")
+CI_MEASURED_ON = ("2026-12-02 on branch ttft3 (issue 25's fifth round: the recipes' "
+                  "admission rules, the first-response delays re-fitted)")
 CI_MEASURED_MEAN_APE: dict[tuple[str, str], float] = {
-    ("fit", "ttft"): 28.3, ("fit", "tpot"): 6.4,
-    ("held-out", "ttft"): 37.6, ("held-out", "tpot"): 12.0,
+    ("fit", "ttft"): 27.2, ("fit", "tpot"): 6.2,
+    ("held-out", "ttft"): 34.1, ("held-out", "tpot"): 11.4,
 }
 """The CI slice's mean absolute percentage errors as measured (``CI_MEASURED_ON``) by
 scoring ``ci_slice(load_sample())`` with ``score_row``; the test fails 5 points above."""
@@ -1020,7 +1082,8 @@ TTFT_GAP_SECTION = "\n".join((
      "a stream interval alone would not delay it; the scheduler's receive interval, "
      "the one-step-late output of overlapped scheduling and the serving layer's first "
      "chunk remain, and the sample does not separate them. The fitted delays are of "
-     "their size (vLLM 5, TensorRT-LLM 11, SGLang 26 iterations). That client also "
+     "their size (vLLM 5, TensorRT-LLM 11, SGLang 26 iterations; 5, 13 and 17 after the "
+     "admission rules below). That client also "
      "runs CONC x 10 prompts with lengths drawn by `--random-range-ratio`, not "
      "aiperf's 20 rounds of fixed lengths; the suite now runs these rows so (\"How a "
      "row is run\"), which on the same 127-row sample moved the TTFT mean error from "
@@ -1035,6 +1098,38 @@ TTFT_GAP_SECTION = "\n".join((
      "rows are not in waves) and the mean TPOT error from 20.4% to 22.5%, so the suite "
      "keeps mixed steps for SGLang (`PREFILL_POLICIES`). Reported afterwards on 30 "
      "held-out SGLang rows: TTFT 81.2% to 68.7%, TPOT 21.3% to 24.9%."),
+    ("- **The recipes' admission rules (2026-12-02, branch ttft3).** Three rules of "
+     "the engines decide when a prompt is admitted, and the public recipes set them "
+     "(docs/step-time.md, \"Admission rules of the recipes\", with sources). "
+     "TensorRT-LLM's default GUARANTEED_NO_EVICT reserves each request's whole length; "
+     "with InferenceMAX's drawn lengths the running requests' reservations sum to C "
+     "times the mean, not the maximum, and capping on the maximum had left 16 rows "
+     "queueing for a whole request (the 10-20x rows: Llama-3.1-70B on TensorRT-LLM at "
+     "C 64-128, DeepSeek-R1 at C 256 TP 4): on the 9 fit rows it moves, the TTFT error "
+     "sum 3,916 to 2,951 points. TensorRT-LLM's attention-DP context balance "
+     "(`enable_balance`, `timeout_iters: 60` in every DeepSeek-R1 recipe with "
+     "attention DP) holds prompts until every rank has one: it explains most of the "
+     "gap at high concurrency (the agg attention-DP rows needed 40-120 steps of delay "
+     "against about 20 elsewhere); on those 16 fit rows TTFT mean 69.4% to 37.1% and "
+     "TPOT mean 54.7% to 23.9% (prompts let in on every rank together stall the "
+     "lockstep decode once). SGLang's `--scheduler-recv-interval` (30 at C >= 16, 10 "
+     "below, on the DeepSeek B200 recipes only) explains why a single SGLang delay was "
+     "too long on H200 (median ratio 1.22) and too short on B200 (0.61): the B200 rows "
+     "needed 17-48 steps (the nvfp4 rows at 5-9 s aside), the H200 rows 10-20. With it "
+     "run and the first-response "
+     "delays re-fitted as before (whole tokens minimising the mean TTFT error of all fit "
+     "rows without preemptions: SGLang 26 to 17, TensorRT-LLM 11 to 13, vLLM 5), the "
+     "fit rows of the full run (rows a rule changes re-simulated, the others moved to "
+     "the new delays as `silicon_gap.response_ttft_ms` does): TTFT mean 43.0% to 39.5%, "
+     "median 35.5% to 31.6%, TPOT mean 15.3% to 14.7%; held-out, after the choices: "
+     "TTFT 49.8% to 39.8%, median 39.2% to 35.6%, TPOT 17.0% to 16.8% (median 10.1% "
+     "to 9.9%). Seen and not modelled: TensorRT-LLM's batch waiting "
+     "(`batch_wait_timeout_iters` 20-40, single ISL/OSL/C cells of two recipes; "
+     "Llama-3.1-70B at 1024/1024 needs 23 steps of delay on B200 against 13 at "
+     "8192/1024), the recipes' `max_num_tokens`, TensorRT-LLM's unchunked prefill "
+     "(pdsim's scheduler needs chunking below `max_model_len` tokens a step), and "
+     "vLLM on B200, short by a gap that grows with the prompt (7-9 steps at ISL 1024, "
+     "19-21 at 8192): a prefill-efficiency matter of the step-time model."),
     ("- **Not explained.** The older TensorRT-LLM H100 dump (`source_file=` without a "
      "date): at low concurrency TTFT grows with the output length, about one completion "
      "interval (OSL x TPOT / C) per request. SGLang DeepSeek nvfp4 rows without a "
@@ -1135,11 +1230,18 @@ def render(out: Outcome, meta: Meta) -> str:
         "C x OSL x rounds would pass "
         f"{OUTPUT_TOKEN_BUDGET:,} output tokens it runs as many rounds as fit, at least "
         f"{MIN_MEASURED_ROUNDS}, and weighs the first round (the burst) 1/rounds as the "
-        "full run would. Not mirrored: the InferenceMAX recipes' own server settings "
-        "(e.g. TensorRT-LLM `max_num_tokens` C + ISL + 64 rounded to 64, CUDA-graph batch "
-        "sizes; the suite keeps AIConfigurator's generator limits) and `--use-chat-template` "
-        "on some recipes (the template's tokens are taken off the drawn input, so the "
-        "prompt length is unchanged).")
+        "full run would. Mirrored from the InferenceMAX recipes' own server settings "
+        "(SemiAnalysisAI/InferenceX `benchmarks/single_node/*.sh` at the dumps' dates; "
+        "docs/step-time.md, \"Admission rules of the recipes\"): TensorRT-LLM's "
+        "attention-DP context balance (`attention_dp_config` `enable_balance`, "
+        f"`timeout_iters` {TRTLLM_ADP_CONTEXT_WAIT_STEPS}) on the agg attention-DP rows and "
+        "SGLang's `--scheduler-recv-interval` (30 at C >= 16, else 10) on the agg DeepSeek "
+        "rows on B200. Not mirrored: the recipes' other server settings (e.g. TensorRT-LLM "
+        "`max_num_tokens` max(8192, C + ISL + 64 rounded to 64) and batch waiting, "
+        "CUDA-graph batch sizes, SGLang `--max-running-requests`; the suite keeps "
+        "AIConfigurator's generator limits) and `--use-chat-template` on some recipes (the "
+        "template's tokens are taken off the drawn input, so the prompt length is "
+        "unchanged).")
     add("- **Deployment**: one agg instance type (`count` = attention-DP ranks, each TP "
         "`tp_size`, experts over `moe_ep_size` GPUs), or P and D pools of "
         "`num_workers x attention_dp` instances each; with experts over the attention-DP "
@@ -1161,9 +1263,11 @@ def render(out: Outcome, meta: Meta) -> str:
         "memory free after weights and activations. A row whose weights leave no KV memory "
         "under its backend's default fraction is listed as not expressible (it ran with a "
         "fraction the sample does not record). TensorRT-LLM rows admit as its default "
-        "GUARANTEED_NO_EVICT capacity policy does: with fixed lengths, at most the pool's "
-        "blocks over one whole request's (prompt + output) run at once, so they never "
-        "preempt; vLLM and SGLang rows preempt as pdsim's scheduler does. Engine limits "
+        "GUARANTEED_NO_EVICT capacity policy does: at most the pool's blocks over what "
+        "one request reserves to completion (prompt + output) run at once, so they never "
+        "preempt (with InferenceMAX's drawn lengths the mean reservation over the drawn "
+        "lengths, `request_blocks`: the sum of C requests' own reservations settles at C "
+        "times it); vLLM and SGLang rows preempt as pdsim's scheduler does. Engine limits "
         "as AIConfigurator's generator writes them (max tokens per step ISL + 1500, + the "
         "batch for agg; the batch for decode); no per-rank batch cap unless "
         "the row gives one; round-robin routing; no speculation. A row whose tensor-parallel "

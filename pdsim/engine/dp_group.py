@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from pdsim.config_sections import Role
 from pdsim.engine.events import StepEnd
 from pdsim.engine.route_view import RoutingState
 from pdsim.perf.dp_group import DPGroupStepTime, vllm_capture_tokens
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
     import simpy
 
-    from pdsim.config import Role
     from pdsim.engine.instance import Instance
     from pdsim.engine.request import Request
     from pdsim.engine.scheduler import StepPlan
@@ -116,6 +116,9 @@ class DPGroup:
             vllm_capture_tokens(sched.max_num_seqs, first.n_spec,
                                 sched.max_num_batched_tokens))
         self.priority = first.step_priority
+        self.context_wait_steps = (first.group.attention_dp_context_wait_steps
+                                   if first.role is Role.COLOCATED else 0)
+        self._context_waited = 0  # steps the context balance has held prompts back
         self._wake: simpy.Event | None = None
         self._last_turn_s = -1.0
         for rank in self.ranks:
@@ -160,6 +163,26 @@ class DPGroup:
 
     # ------------------------------------------------------------------ loop
 
+    def _balance_contexts(self) -> None:
+        """TensorRT-LLM's attention-DP context balance (``attention_dp_context_wait_steps``,
+        PyExecutor ``_balance_adp_requests`` with ``enable_balance``): prompts are let in
+        when every rank has one waiting and room for it; otherwise the step counts one
+        more and holds every rank's new prompts back, unless the count reached the
+        timeout or some rank has no decode rows (nothing to wait beside)."""
+        scheds = [r.scheduler for r in self.ranks]
+        hold = False
+        if all(s.waiting and len(s.running) < s.max_num_seqs for s in scheds):
+            self._context_waited = 0
+        else:
+            self._context_waited += 1
+            if (self._context_waited >= self.context_wait_steps
+                    or not all(s.rows.count for s in scheds)):
+                self._context_waited = 0
+            else:
+                hold = True
+        for s in scheds:
+            s.hold_prompts = hold
+
     def _plan(self, rank: Instance) -> tuple[StepPlan | None, bool]:
         """``rank``'s plan for the next step (None: nothing to run) and whether its
         scheduler freed room for a waiting request (worth planning again at once)."""
@@ -184,6 +207,8 @@ class DPGroup:
             else:
                 self._last_turn_s = env.now
                 lead.reset_stand_still()
+            if self.context_wait_steps:
+                self._balance_contexts()
             plans: list[StepPlan | None] = []
             retry = False
             for rank in ranks:

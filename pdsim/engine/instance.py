@@ -163,7 +163,9 @@ class Instance:
         self.active_run: DecodeRun | None = None
         self._run_over: simpy.Event | None = None
         self.max_run_steps = 128
-        self.decode_runs = cfg.engine.decode_runs == "auto"
+        # (a receive interval counts every step: such an instance steps one at a time)
+        self.decode_runs = (cfg.engine.decode_runs == "auto"
+                            and group.scheduler.recv_interval_steps == 1)
         self.join_room = cfg.engine.decode_run_join_room
         # look-aheads of requests entering decode fresh, built for blocks of requests
         self.fresh_rows = FreshRows(

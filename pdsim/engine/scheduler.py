@@ -100,6 +100,9 @@ class Scheduler:
         self.chunked = sched.enable_chunked_prefill
         self.long_prefill_threshold = sched.long_prefill_token_threshold
         self.prefill_first = sched.prefill_policy == "prefill_first"
+        self.hold_prompts = False  # an attention-DP engine's context balance (dp_group)
+        self.recv_interval = sched.recv_interval_steps
+        self._recv_weight = self.recv_interval  # SGLang's receive counter: take at once
         self.lookahead = lookahead_tokens  # the shared contract
         # queues
         self.waiting = WaitingQueue()
@@ -303,7 +306,16 @@ class Scheduler:
         num_rows = rows.count
 
         padded: list[Request] = []
-        self.admit(budget, num_rows, bool(chunks), now_s, chunks, padded)
+        if self.recv_interval > 1:
+            # (with nothing to run the engine idles, and an idle turn takes at once)
+            if self._recv_weight >= self.recv_interval or not (num_rows or chunks):
+                self._recv_weight = 0
+                if not self.hold_prompts:
+                    self.admit(budget, num_rows, bool(chunks), now_s, chunks, padded)
+            # the step planned here weighs 1 when it only decodes, else past the interval
+            self._recv_weight += 1 if num_rows and not chunks else self.recv_interval
+        elif not self.hold_prompts:
+            self.admit(budget, num_rows, bool(chunks), now_s, chunks, padded)
         if self.prefill_first and chunks:
             num_rows = 0  # SGLang: a prefill batch runs alone; the decode rows wait
 

@@ -355,3 +355,75 @@ def test_a_rank_going_down_takes_its_whole_engine_down(colocated: bool) -> None:
     assert any(s >= 2.0 for s in starts)
     s = res.summary
     assert s["completed"] + s["failed"] + s["rejected"] == 30
+
+
+# ------------------------------------------------------- the context balance
+
+
+def _balanced(wait_steps: int, requests: int = 40, seed: int = 0) -> dict[str, Any]:
+    d = _dsv3(4, requests, seed, "trtllm", colocated=True)
+    d["cluster"]["colocated"]["attention_dp_context_wait_steps"] = wait_steps
+    return d
+
+
+def test_context_balance_holds_prompts_until_every_rank_has_one_or_the_timeout() -> None:
+    """TensorRT-LLM's ``_balance_adp_requests`` with enable_balance and timeout_iters 3:
+    while every rank decodes but not every rank has a prompt waiting, two steps hold the
+    prompts back and the third lets them in; a prompt on every rank lets them in at once
+    and restarts the count; a rank without decode rows lets them in."""
+    sim = Simulation(load_config(_balanced(3)))
+    group = sim.dp_groups[0]
+    assert group.context_wait_steps == 3
+    scheds = [r.scheduler for r in group.ranks]
+    for s in scheds:
+        s.rows.count = 1  # every rank decodes
+    scheds[0].waiting.append(sim.requests[0])  # only rank 0 has a prompt
+
+    def held() -> list[bool]:
+        group._balance_contexts()
+        return [s.hold_prompts for s in scheds]
+
+    assert [held()[0] for _ in range(6)] == [True, True, False, True, True, False]
+    assert all(held()) and group._context_waited == 1
+    for k, s in enumerate(scheds[1:], 1):
+        s.waiting.append(sim.requests[k])
+    assert not any(held()) and group._context_waited == 0
+    scheds[3].waiting.clear()
+    assert all(held())
+    scheds[2].rows.count = 0  # nothing to wait beside on rank 2
+    assert not any(held()) and group._context_waited == 0
+
+
+def test_context_balance_is_off_by_default_and_on_disaggregated_pools() -> None:
+    assert Simulation(load_config(_dsv3(4, 8, colocated=True))).dp_groups[0] \
+        .context_wait_steps == 0
+    d = _dsv3(4, 8, balance="trtllm")
+    d["cluster"]["decode"]["attention_dp_context_wait_steps"] = 60
+    assert Simulation(load_config(d)).dp_groups[0].context_wait_steps == 0
+
+
+def test_context_balance_runs_every_request_with_the_invariants_holding() -> None:
+    """Checked after every event: with the balance on, every request ends, the balance
+    held prompts back in some steps and let them in in others, and on this seed the
+    prompts wait longer on average than without it."""
+    import numpy as np
+    holds: list[bool] = []
+    original = DPGroup._balance_contexts
+
+    def watched(self: DPGroup) -> None:
+        original(self)
+        holds.append(self.ranks[0].scheduler.hold_prompts)
+
+    try:
+        DPGroup._balance_contexts = watched  # type: ignore[method-assign]
+        res = run_checked(load_config(_balanced(20, 30, 2)))
+    finally:
+        DPGroup._balance_contexts = original  # type: ignore[method-assign]
+    assert res.summary["completed"] == 30
+    assert any(holds) and not all(holds)
+    plain = Simulation(load_config(_balanced(0, 30, 2))).run()
+
+    def mean_ttft(r: Any) -> float:
+        return float(np.mean(np.asarray(r.records.columns["ttft_s"])))
+
+    assert mean_ttft(res) > mean_ttft(plain)

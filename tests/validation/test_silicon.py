@@ -3,6 +3,7 @@ the configs it builds, and a fixed slice scored against the error measured today
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import Counter
 
@@ -381,6 +382,69 @@ def test_no_evict_admission_caps_the_batch_at_what_the_pool_holds_whole() -> Non
     vllm = pdsim.load_config(S.build_config(S.plan_row(_row(
         **{**row.fields, "backend": "vllm"}))))
     assert vllm.cluster.colocated.scheduler.max_num_seqs == 256  # type: ignore[union-attr]
+
+
+def test_no_evict_reservation_is_the_mean_over_inferencemax_drawn_lengths() -> None:
+    """InferenceMAX draws prompt and output lengths uniform in [int(0.8 L), L]: what a
+    request reserves to completion is the mean of ceil((prompt + output) / block) over
+    every pair (brute force here), below the fixed-length reservation, and the cap is the
+    pool over it. Llama-70B fp8 on two H200 at 1024/8192 and C 128 then runs all 128 (the
+    fixed-length reservation held only 120 of them: 22x the measured TTFT)."""
+    import numpy as np
+
+    from pdsim.config_sections import Role as R
+    row = _row(model_path="meta-llama/Llama-3.1-70B", system="h200_sxm", tp_size="2",
+               moe_tp_size="2", isl="1024", osl="8192", batch_size="128",
+               silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=128")
+    plan = S.plan_row(row)
+    assert plan.protocol == "inferencemax"
+    i, o = np.meshgrid(np.arange(819, 1025), np.arange(6553, 8193))
+    brute = float(np.mean(-(-(i + o) // 32)))
+    assert S.request_blocks(plan, "colocated") == pytest.approx(brute, rel=1e-12)
+    assert brute < -(-(1024 + 8192) // 32)
+    prefill = float(np.mean(-(-(np.arange(819, 1025) + 1) // 32)))
+    assert S.request_blocks(plan, "prefill") == pytest.approx(prefill, rel=1e-12)
+    cfg = pdsim.load_config(S.build_config(plan))
+    seqs = cfg.cluster.colocated.scheduler.max_num_seqs  # type: ignore[union-attr]
+    blocks = cfg.num_blocks(R.COLOCATED)
+    assert seqs == min(128, int(blocks // brute))
+    assert blocks // -(-(1024 + 8192) // 32) < 128 <= seqs
+
+
+@pytest.mark.parametrize(("over", "interval"), [
+    ({}, 30),  # fp8 DeepSeek-R1 on 8 B200 at C 64
+    ({"batch_size": "8", "silicon_data_source": "source_file=2026-04-06.csv; "
+      "silicon_concurrency=8"}, 10),
+    ({"tp_size": "4", "moe_tp_size": "4", "gemm_quant_mode": "nvfp4",
+      "moe_quant_mode": "nvfp4"}, 30),  # the fp4 recipe has no TP 4 branch
+    ({"system": "h200_sxm"}, 1),  # the H200 recipe sets none
+    ({"silicon_data_source": "x; silicon_concurrency=64"}, 1),  # aiperf: the generator
+    ({"backend": "trtllm"}, 1),
+])
+def test_sglang_receive_interval_is_the_inferencemax_recipes(over: dict[str, str],
+                                                             interval: int) -> None:
+    row = _row(**{"backend": "sglang", "moe_tp_size": "8",
+                  "silicon_data_source": "source_file=2026-04-06.csv; silicon_concurrency=64",
+                  **over})
+    plan = S.plan_row(row)
+    sched = S.build_config(plan)["cluster"]["colocated"]["scheduler"]
+    assert sched.get("recv_interval_steps", 1) == interval
+    if interval == 30 and plan.weight_dtype == "fp8":
+        # the fp8 recipe at TP 4 (its weights fit only at the recipe's own memory fraction)
+        lay = dataclasses.replace(plan.roles["colocated"], tp=4)
+        assert S.sglang_recv_interval(plan, lay) == 10
+
+
+def test_trtllm_attention_dp_rows_of_inferencemax_run_the_context_balance() -> None:
+    over = {"tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "1", "moe_ep_size": "8",
+            "batch_size": "32"}
+    for source, wait in (("source_file=2026-03-25.csv; silicon_concurrency=256", 60),
+                         ("x; silicon_concurrency=256", 0)):
+        plan = S.plan_row(_row(silicon_data_source=source, **over))
+        group = S.build_config(plan)["cluster"]["colocated"]
+        assert group["attention_dp_size"] == 8
+        assert group.get("attention_dp_context_wait_steps", 0) == wait
+        pdsim.load_config(S.build_config(plan))
 
 
 def test_aiperf_mean_weighs_the_burst_as_one_round_in_twenty() -> None:
