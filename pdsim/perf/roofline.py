@@ -127,7 +127,9 @@ class _Stack:
                  weight_dtype: str, expert_dtype: str, lm_head_rows: int,
                  replicated_params: float, fixed_s: float, extra_kernels: int) -> None:
         tp, ep = cfg.tensor_parallel_size, cfg.expert_parallel_size
-        shard = ep if ep > 1 else tp
+        # each GPU holds 1/shard of the experts: EP GPUs with EP >= TP, else TP (experts
+        # sliced by TP, or the hybrid layout: EP groups each slicing its experts TP/EP ways)
+        shard = max(ep, tp)
         h = arch.hidden_size
         bw = hw.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
         gemm = hw.peak_flops(GEMM_PRECISION[weight_dtype]) * cfg.compute_efficiency
@@ -172,8 +174,9 @@ class _Stack:
                 allreduces += n
             if isinstance(ffn, MoEFFN) and ep > tp:
                 # the EP group spans attention-DP ranks: tokens move to their experts'
-                # ranks and back; with EP = TP every GPU already holds every token and
-                # an all-reduce combines the experts' outputs, as for sliced experts
+                # ranks and back; with EP <= TP (EP = TP, or the hybrid layout) every GPU
+                # already holds every token and an all-reduce combines the experts'
+                # outputs, as for sliced experts
                 alltoalls += n
             elif isinstance(ffn, DenseFFN | MoEFFN):
                 allreduces += n
