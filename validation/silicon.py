@@ -1185,9 +1185,11 @@ def render(out: Outcome, meta: Meta) -> str:
     add("The disagg rows without worker counts (older dumps) give each role's parallelism "
         "but not how many P and D workers ran; AIConfigurator's own scoring cannot run them "
         "either (`cli_estimate` requires `prefill_num_workers` and `decode_num_workers`), "
-        "so they are not guessed here. MoE hybrid TP x EP and MoE TP across attention-DP "
-        "ranks have no pdsim layout (its `expert_parallel_size` shards whole experts; "
-        "attention-DP ranks run as the ranks of one engine sharing them).")
+        "so they are not guessed here. MoE hybrid TP x EP inside one TP group runs as "
+        "pdsim's hybrid layout (`expert_parallel_size` a divisor of `tensor_parallel_size`: "
+        "experts over EP groups, each slicing its own); hybrid TP x EP and MoE TP across "
+        "attention-DP ranks have no pdsim layout (attention-DP ranks run as the ranks of one "
+        "engine sharing whole experts).")
     add("")
     return "\n".join(lines)
 
