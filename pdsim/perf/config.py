@@ -142,6 +142,18 @@ def _check_profile_name(value: object, kind: str, shipped: Sequence[str],
 CHECK_WEIGHTS_FIT: ContextVar[bool] = ContextVar("pdsim_check_weights_fit", default=True)
 
 
+def expert_layout_problem(tensor_parallel_size: int, expert_parallel_size: int) -> str:
+    """Why ``expert_parallel_size`` is no layout for ``tensor_parallel_size`` ('' if it is
+    one): 1, a multiple of TP (attention-DP ranks sharing the experts) or a divisor of it
+    (the hybrid layout)."""
+    tp, ep = tensor_parallel_size, expert_parallel_size
+    if ep > 1 and ep % tp and tp % ep:
+        return (f"expert_parallel_size ({ep}) must be 1, a multiple of tensor_parallel_size "
+                f"({tp}) (attention-DP ranks sharing the experts) or a divisor of it "
+                f"(experts over {ep} groups, each slicing its own)")
+    return ""
+
+
 class RooflineStepTimeConfig(StrictModel):
     """Step time from a model profile and a hardware profile (a roofline per operator group).
 
@@ -352,11 +364,9 @@ class RooflineStepTimeConfig(StrictModel):
         from pdsim.perf.memory import kv_cache_bytes_per_gpu
 
         ep, tp = self.expert_parallel_size, self.tensor_parallel_size
-        if ep > 1 and ep % tp and tp % ep:
-            raise ValueError(f"expert_parallel_size ({ep}) must be 1, a multiple of "
-                             f"tensor_parallel_size ({tp}) (attention-DP ranks sharing the "
-                             f"experts) or a divisor of it (experts over {ep}-way groups "
-                             f"sliced within each group)")
+        problem = expert_layout_problem(tp, ep)
+        if problem:
+            raise ValueError(problem)
         # the target alone must fit; drafter modules are checked when the model is built
         if not CHECK_WEIGHTS_FIT.get():
             return self
