@@ -214,3 +214,20 @@ def test_hybrid_moe_waits_for_its_busiest_group(batch: int, context: int, drafts
     b = StepBatch(0, 0.0, batch, q, batch * context)
     sliced, hybrid, ep8 = (_model(expert_parallel_size=ep).step_time_s(b) for ep in (1, 4, 8))
     assert sliced <= hybrid <= ep8
+
+
+def test_busiest_rank_reads_more_experts_while_a_step_touches_few() -> None:
+    """At batch 1 each of 8 EP ranks holds 32 experts and the 8 a token picks fall unevenly:
+    the busiest rank reads more than the mean's eighth. As the batch grows every rank's
+    share is touched and the excess fades."""
+    sliced, ep8 = _model(), _model(expert_parallel_size=8)
+    (group,) = ep8._target.moe
+    assert group[-1] == 256 / 8  # experts per rank
+
+    def excess(batch: int) -> float:
+        b = StepBatch(0, 0.0, batch, batch, batch * 2048)
+        return ep8.step_time_s(b) / sliced.step_time_s(b) - 1.0
+
+    small, large = excess(1), excess(256)
+    assert small > 0.03
+    assert small > large >= 0.0
