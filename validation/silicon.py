@@ -397,9 +397,9 @@ def _layout(f: dict[str, str], prefix: str, moe: bool, workers: int) -> Layout:
     if not moe:
         return Layout(workers * dp, tp, 1, per_rank)
     gpus = tp * dp
-    if mtp > 1 and mep > 1:
-        raise NotExpressible("MoE hybrid tensor x expert parallelism (moe_tp > 1 and "
-                             "moe_ep > 1)")
+    if mtp > 1 and mep > 1 and dp > 1:
+        raise NotExpressible("MoE hybrid tensor x expert parallelism across attention-DP "
+                             "ranks (moe_tp > 1, moe_ep > 1, attention_dp > 1)")
     if mtp * mep != gpus:
         raise NotExpressible("inconsistent MoE parallel sizes (moe_tp x moe_ep != tp x "
                              "attention_dp)")
@@ -407,6 +407,10 @@ def _layout(f: dict[str, str], prefix: str, moe: bool, workers: int) -> Layout:
         if dp > 1:
             raise NotExpressible("MoE tensor parallelism across attention-DP ranks")
         return Layout(workers, tp, 1, per_rank)
+    if mtp > 1:
+        # the hybrid layout inside one TP group: experts over moe_ep groups of moe_tp GPUs
+        # (expert_parallel_size a divisor of tensor_parallel_size)
+        return Layout(workers, tp, mep, per_rank)
     return Layout(workers * dp, tp, mep, per_rank, dp)
 
 
@@ -1432,9 +1436,11 @@ def render(out: Outcome, meta: Meta) -> str:
     add("The disagg rows without worker counts (older dumps) give each role's parallelism "
         "but not how many P and D workers ran; AIConfigurator's own scoring cannot run them "
         "either (`cli_estimate` requires `prefill_num_workers` and `decode_num_workers`), "
-        "so they are not guessed here. MoE hybrid TP x EP and MoE TP across attention-DP "
-        "ranks have no pdsim layout (its `expert_parallel_size` shards whole experts; "
-        "attention-DP ranks run as the ranks of one engine sharing them).")
+        "so they are not guessed here. MoE hybrid TP x EP inside one TP group runs as "
+        "pdsim's hybrid layout (`expert_parallel_size` a divisor of `tensor_parallel_size`: "
+        "experts over EP groups, each slicing its own); hybrid TP x EP and MoE TP across "
+        "attention-DP ranks have no pdsim layout (attention-DP ranks run as the ranks of one "
+        "engine sharing whole experts).")
     add("")
     return "\n".join(lines)
 

@@ -157,6 +157,18 @@ def _check_profile_name(value: object, kind: str, shipped: Sequence[str],
 CHECK_WEIGHTS_FIT: ContextVar[bool] = ContextVar("pdsim_check_weights_fit", default=True)
 
 
+def expert_layout_problem(tensor_parallel_size: int, expert_parallel_size: int) -> str:
+    """Why ``expert_parallel_size`` is no layout for ``tensor_parallel_size`` ('' if it is
+    one): 1, a multiple of TP (attention-DP ranks sharing the experts) or a divisor of it
+    (the hybrid layout)."""
+    tp, ep = tensor_parallel_size, expert_parallel_size
+    if ep > 1 and ep % tp and tp % ep:
+        return (f"expert_parallel_size ({ep}) must be 1, a multiple of tensor_parallel_size "
+                f"({tp}) (attention-DP ranks sharing the experts) or a divisor of it "
+                f"(experts over {ep} groups, each slicing its own)")
+    return ""
+
+
 class RooflineStepTimeConfig(StrictModel):
     """Step time from a model profile and a hardware profile (a roofline per operator group).
 
@@ -165,7 +177,11 @@ class RooflineStepTimeConfig(StrictModel):
     > 1 shards MoE experts over that many GPUs instead of slicing each expert: equal to
     ``tensor_parallel_size`` is vLLM's ``--enable-expert-parallel``; a multiple of it
     means ``expert_parallel_size / tensor_parallel_size`` data-parallel attention ranks
-    (instances) share one expert pool, each assumed to run a batch like this one.
+    (instances) share one expert pool, each assumed to run a batch like this one; a
+    divisor of it (between 1 and ``tensor_parallel_size``) is the hybrid MoE layout of
+    TensorRT-LLM's ``--tp T --ep E`` and SGLang's ``--ep-size``: the experts are split
+    over ``expert_parallel_size`` groups of ``tensor_parallel_size / expert_parallel_size``
+    GPUs, each group slicing its experts as tensor parallelism does.
 
     The dtype fields override the model profile's. Kernel constants (``KERNEL_FIELDS``)
     default to the hardware profile's fitted ``kernels`` section (``pdsim.perf.kernels``):
@@ -198,7 +214,9 @@ class RooflineStepTimeConfig(StrictModel):
     tensor_parallel_size: PositiveInt = 1
     """GPUs per instance (tensor parallelism)."""
     expert_parallel_size: PositiveInt = 1
-    """GPUs MoE experts are sharded over (1: experts sliced by tensor parallelism)."""
+    """GPUs (or, below tensor_parallel_size, GPU groups) MoE experts are sharded over (1:
+    experts sliced by tensor parallelism; a divisor of tensor_parallel_size: the hybrid
+    layout, each of the groups slicing its experts over tensor_parallel_size / this)."""
     weight_dtype: DType | None = None
     """Overrides the model profile's weight dtype."""
     expert_weight_dtype: DType | None = None
@@ -383,9 +401,9 @@ class RooflineStepTimeConfig(StrictModel):
         from pdsim.perf.memory import kv_cache_bytes_per_gpu
 
         ep, tp = self.expert_parallel_size, self.tensor_parallel_size
-        if ep > 1 and ep % tp:
-            raise ValueError(f"expert_parallel_size ({ep}) must be 1 or a multiple of "
-                             f"tensor_parallel_size ({tp})")
+        problem = expert_layout_problem(tp, ep)
+        if problem:
+            raise ValueError(problem)
         # the target alone must fit; drafter modules are checked when the model is built
         if not CHECK_WEIGHTS_FIT.get():
             return self
@@ -406,7 +424,7 @@ class RooflineStepTimeConfig(StrictModel):
         out: dict[str, Any] = {
             "rule": self.memory_rule, "mem_fraction_static": self.mem_fraction_static,
             "free_gpu_memory_fraction": self.free_gpu_memory_fraction,
-            "attention_dp_size": ep // tp if ep > 1 else 1,
+            "attention_dp_size": max(1, ep // tp),
             "max_num_batched_tokens": max_num_batched_tokens}
         return out
 

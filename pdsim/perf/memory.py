@@ -87,7 +87,7 @@ def activation_peak_bytes(arch: ModelArchitecture, tensor_parallel_size: int,
         if isinstance(f, DenseFFN):
             width = max(width, 2 * f.intermediate_size / tp)
         elif isinstance(f, MoEFFN):
-            routed = f.top_k * 2 * f.expert_intermediate_size / (ep if ep > 1 else tp)
+            routed = f.top_k * 2 * f.expert_intermediate_size / max(ep, tp)
             shared = f.num_shared_experts * 2 * (
                 f.shared_expert_intermediate_size or f.expert_intermediate_size) / tp
             width = max(width, routed + shared)

@@ -15,7 +15,7 @@ from pdsim.errors import ConfigError
 from pdsim.perf import sizes as S
 from pdsim.perf.architecture import DType, ModelArchitecture
 from pdsim.perf.base import StepBatch
-from pdsim.perf.config import RooflineStepTimeConfig
+from pdsim.perf.config import RooflineStepTimeConfig, expert_layout_problem
 from pdsim.perf.hardware import HardwareSpec
 from pdsim.perf.memory import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -104,6 +104,9 @@ def profile_report(model: str, hardware: str, tensor_parallel_size: int = 1, *,
     _check_options({"--tp": (tensor_parallel_size, 1), "--ep": (expert_parallel_size, 1),
                     "--spec": (num_speculative_tokens, 0), "--block-size": (block_size, 1),
                     "max_num_seqs": (max_num_seqs, 1)})
+    problem = expert_layout_problem(tensor_parallel_size, expert_parallel_size)
+    if problem:
+        raise ConfigError("--ep", problem)
     if not 0 < gpu_memory_utilization <= 1:  # NaN fails too
         raise ConfigError("--gpu-memory-utilization", f"must be in (0, 1] (got "
                           f"{gpu_memory_utilization})")

@@ -10,7 +10,8 @@ Operator groups of one forward pass (per GPU of the instance):
 - routed experts: FLOPs ``2 x expert params x (top_k x tokens + gemm_half_tokens x
   experts touched)`` (each touched expert is a thin GEMM of its own tokens), weight bytes
   of the experts the batch touches under skewed, correlated routing
-  (``pdsim.perf.routing``), times the busiest expert-parallel rank's excess load;
+  (``pdsim.perf.routing``), both for the busiest expert-parallel rank (its excess load,
+  and the most experts one rank's share touches);
 - attention, per layer group: FLOPs per (query, key) pair, KV bytes read and written;
   prefill and decode are separate kernels;
 - recurrent layers (Mamba-2, Gated DeltaNet): state-update FLOPs, state read and write
@@ -127,7 +128,9 @@ class _Stack:
                  weight_dtype: str, expert_dtype: str, lm_head_rows: int,
                  replicated_params: float, fixed_s: float, extra_kernels: int) -> None:
         tp, ep = cfg.tensor_parallel_size, cfg.expert_parallel_size
-        shard = ep if ep > 1 else tp
+        # each GPU holds 1/shard of the experts: EP GPUs with EP >= TP, else TP (experts
+        # sliced by TP, or the hybrid layout: EP groups each slicing its experts TP/EP ways)
+        shard = max(ep, tp)
         h = arch.hidden_size
         bw = hw.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
         gemm = hw.peak_flops(GEMM_PRECISION[weight_dtype]) * cfg.compute_efficiency
@@ -172,8 +175,9 @@ class _Stack:
                 allreduces += n
             if isinstance(ffn, MoEFFN) and ep > tp:
                 # the EP group spans attention-DP ranks: tokens move to their experts'
-                # ranks and back; with EP = TP every GPU already holds every token and
-                # an all-reduce combines the experts' outputs, as for sliced experts
+                # ranks and back; with EP <= TP (EP = TP, or the hybrid layout) every GPU
+                # already holds every token and an all-reduce combines the experts'
+                # outputs, as for sliced experts
                 alltoalls += n
             elif isinstance(ffn, DenseFFN | MoEFFN):
                 allreduces += n
@@ -190,7 +194,8 @@ class _Stack:
         # per token, tokens routed in the EP group / T, compute seconds per token, compute
         # seconds per touched fraction: each touched expert's GEMM runs `half` tokens short)
         # ... and, with EP > 1, the busiest rank's excess: (z of the EP ranks, squared
-        # popularity CV of a rank's experts, token-expert pairs per rank per routed token)
+        # popularity CV of a rank's experts, token-expert pairs per rank per routed token,
+        # experts per rank or hybrid group)
         z = expected_max_standard_normal(ep) if ep > 1 else 0.0
         self.ep_ranks = ep
         self.moe = tuple(
@@ -201,7 +206,8 @@ class _Stack:
              n * 2.0 * eb * half * (e / shard) / gemm_e,
              z,
              routing.load_cv ** 2 * ep / e,
-             k / ep)
+             k / ep,
+             e / ep if ep > 1 else 0.0)
             for (e, k, eb), (n,) in moe.items())
         self.token_reuse = routing.token_reuse
         self.attn = tuple(attn)
@@ -243,17 +249,22 @@ class _Stack:
             independent = effective_tokens(tokens, decode_requests, decode_queries,
                                            self.token_reuse)
             for (weights_s, log_miss, group_scale, compute_s, touched_s, z, rank_cv2,
-                 pairs_per_token) in self.moe:
+                 pairs_per_token, local) in self.moe:
                 routed = independent * group_scale
                 touched = 0.0
                 for lm in log_miss:
                     touched -= expm1(routed * lm)
                 touched /= len(log_miss)
                 compute = tokens * compute_s + touched * touched_s
-                if z:  # the busiest rank computes the most pairs; weight reads saturate
+                read = touched
+                if z:  # the busiest rank computes the most pairs and reads the most
+                    # experts: of its `local` experts each is touched with probability
+                    # `touched` (binomial), the busiest of the EP ranks z standard
+                    # deviations above the mean, at most all of them
                     compute *= straggler_factor(z, rank_cv2, routed * pairs_per_token,
                                                 self.ep_ranks)
-                t += max(compute, weights_s * touched)
+                    read = min(1.0, touched + z * (touched * (1.0 - touched) / local) ** 0.5)
+                t += max(compute, weights_s * read)
         if prefill_tokens:
             mean_pairs = prefill_pairs / prefill_tokens
             kv_read = mean_pairs + 0.5 * prefill_tokens  # exact for one chunk

@@ -151,12 +151,14 @@ def weight_bytes(arch: ModelArchitecture, tensor_parallel_size: int = 1,
                  expert_parallel_size: int = 1, drafter_modules: int = 0) -> float:
     """Weight bytes one GPU holds, for the target plus ``drafter_modules`` drafter modules.
 
-    Experts are split over ``expert_parallel_size`` GPUs when it is > 1, else sliced over
-    the ``tensor_parallel_size`` ranks; the embedding and LM head are vocab-parallel.
+    Experts are split over ``expert_parallel_size`` GPUs when it is at least
+    ``tensor_parallel_size``, else sliced over the ``tensor_parallel_size`` ranks (the
+    hybrid layout, experts over groups each slicing its own, holds the same bytes per
+    GPU); the embedding and LM head are vocab-parallel.
     ``weight_bytes(arch)`` is the whole model's weight bytes.
     """
     tp = tensor_parallel_size
-    shard = expert_parallel_size if expert_parallel_size > 1 else tp
+    shard = max(expert_parallel_size, tp)  # each GPU holds 1/shard of the experts
     h = arch.hidden_size
     w = _bytes(arch.weight_dtype)
     we = _bytes(arch.expert_weight_dtype or arch.weight_dtype)

@@ -60,7 +60,8 @@ def pool_command(cfg: SimConfig, role: Role, group: Any, path: str,
     args = ["vllm", "serve", served_model, "--tensor-parallel-size", str(tp)]
     if dp > 1:
         args += ["--data-parallel-size", str(dp)]
-    if ep > 1:
+    hybrid_moe = 1 < ep < tp  # experts over EP groups sliced within each: no vLLM option
+    if ep > 1 and not hybrid_moe:
         args.append("--enable-expert-parallel")
     args += ["--max-num-seqs", str(s.max_num_seqs),
              "--max-num-batched-tokens", str(s.max_num_batched_tokens),
@@ -91,6 +92,8 @@ def pool_command(cfg: SimConfig, role: Role, group: Any, path: str,
                if getattr(st, f) is not None]
     if group.kv_cache_gib is not None:
         missing.append(f"{path}.kv_cache_gib")
+    if hybrid_moe:
+        missing.append(f"{path}.step_time.expert_parallel_size")
     return group.count // dp, shlex.join(args), missing
 
 

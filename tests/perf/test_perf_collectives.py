@@ -175,3 +175,59 @@ def test_extra_query_tokens_at_long_context_cost_little() -> None:
     four = StepBatch(prefill_tokens=0, prefill_attention_pairs=0.0, decode_requests=32,
                      decode_tokens=128, decode_context_tokens=32 * 32768)
     assert m.step_time_s(four) < 1.15 * m.step_time_s(one)
+
+
+# ------------------------------------------------------- hybrid MoE layout (EP < TP)
+
+def test_hybrid_moe_layout_is_accepted_only_for_divisors_of_tp() -> None:
+    for ep in (2, 4):
+        cfg = RooflineStepTimeConfig.model_validate(
+            {"kind": "roofline", "model": "deepseek-v3", "hardware": "h200",
+             "tensor_parallel_size": 8, "expert_parallel_size": ep})
+        assert cfg.memory_rule_kwargs()["attention_dp_size"] == 1
+    with pytest.raises(ValueError, match="a divisor of it"):
+        RooflineStepTimeConfig.model_validate(
+            {"kind": "roofline", "model": "deepseek-v3", "hardware": "h200",
+             "tensor_parallel_size": 8, "expert_parallel_size": 3})
+
+
+def test_hybrid_moe_layout_holds_and_reduces_like_tensor_parallel_experts() -> None:
+    """Experts over 4 groups of 2 GPUs, each slicing its experts: every GPU holds an eighth
+    of the expert bytes (as TP8 slicing) and an all-reduce combines the outputs."""
+    from pdsim.perf.sizes import weight_bytes
+
+    arch = _model().arch
+    assert weight_bytes(arch, 8, 4) == weight_bytes(arch, 8, 1)
+    assert weight_bytes(arch, 8, 4) < weight_bytes(arch, 4, 4)
+    hybrid = _model(expert_parallel_size=4)._target
+    assert hybrid.a2a_count == 0
+    assert hybrid.ar_count == 2 * 61
+    sliced = _model()._target
+    assert [m[0] for m in hybrid.moe] == [m[0] for m in sliced.moe]  # weight read seconds
+
+
+@given(st.integers(1, 256), st.integers(1, 8192), st.integers(0, 3))
+def test_hybrid_moe_waits_for_its_busiest_group(batch: int, context: int, drafts: int) -> None:
+    """Fewer, larger expert groups balance better: the step of TP8 with experts over 4
+    groups lies between TP8-sliced experts (no busiest rank) and EP8 (8 ranks)."""
+    q = batch * (1 + drafts)
+    b = StepBatch(0, 0.0, batch, q, batch * context)
+    sliced, hybrid, ep8 = (_model(expert_parallel_size=ep).step_time_s(b) for ep in (1, 4, 8))
+    assert sliced <= hybrid <= ep8
+
+
+def test_busiest_rank_reads_more_experts_while_a_step_touches_few() -> None:
+    """At batch 1 each of 8 EP ranks holds 32 experts and the 8 a token picks fall unevenly:
+    the busiest rank reads more than the mean's eighth. As the batch grows every rank's
+    share is touched and the excess fades."""
+    sliced, ep8 = _model(), _model(expert_parallel_size=8)
+    (group,) = ep8._target.moe
+    assert group[-1] == 256 / 8  # experts per rank
+
+    def excess(batch: int) -> float:
+        b = StepBatch(0, 0.0, batch, batch, batch * 2048)
+        return ep8.step_time_s(b) / sliced.step_time_s(b) - 1.0
+
+    small, large = excess(1), excess(256)
+    assert small > 0.03
+    assert small > large >= 0.0

@@ -51,6 +51,14 @@ def test_report_when_weights_do_not_fit() -> None:
         profile_report("llama-9", "h100-sxm")
 
 
+def test_report_takes_the_hybrid_moe_layout_and_names_a_bad_one() -> None:
+    assert "expert_parallel_size=4" in render(profile_report("deepseek-v3", "h200", 8,
+                                                             expert_parallel_size=4))
+    with pytest.raises(ConfigError, match="a divisor of it") as exc:
+        profile_report("deepseek-v3", "h200", 8, expert_parallel_size=3)
+    assert exc.value.path == "--ep"
+
+
 def test_docs_cover_every_field() -> None:
     doc = (ROOT / "docs" / "step-time.md").read_text(encoding="utf-8")
     for cls in (RooflineStepTimeConfig, MeasuredStepTimeConfig):

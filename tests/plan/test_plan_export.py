@@ -118,3 +118,22 @@ def test_exported_deployment_file_imports_with_the_cli(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     imported = yaml.safe_load((tmp_path / "imported" / "config.yaml").read_text())
     assert round_trip_differences(c, imported) == []
+
+
+def test_hybrid_moe_layout_is_listed_as_not_exported() -> None:
+    """vLLM has no option for experts over groups of a TP group (TensorRT-LLM's --tp 8
+    --ep 4): the line keeps TP8 without --enable-expert-parallel and says so."""
+    import pdsim
+
+    cfg = pdsim.load_config({
+        "name": "hybrid", "model": {"profile": "deepseek-v3"},
+        "step_time": {"kind": "roofline", "hardware": "h200", "tensor_parallel_size": 8,
+                      "expert_parallel_size": 4},
+        "cluster": {"mode": "colocated", "colocated": {"count": 1}},
+        "workload": {"num_requests": 2, "arrivals": {"kind": "closed_loop", "concurrency": 1},
+                     "prompt_tokens": {"kind": "fixed", "tokens": 128},
+                     "output_tokens": {"kind": "fixed", "tokens": 16}}})
+    (entry,) = serve_commands(cfg, "deepseek-ai/DeepSeek-V3")
+    assert "--tensor-parallel-size 8" in entry["command"]
+    assert "--enable-expert-parallel" not in entry["command"]
+    assert "cluster.colocated.step_time.expert_parallel_size" in entry["not_exported"]

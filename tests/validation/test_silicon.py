@@ -71,8 +71,9 @@ def test_split_counts_match_the_data_readme(sample: list[S.SiliconRow]) -> None:
     ({"model_path": "openai/gpt-oss-120b"}, "no pdsim model profile"),
     ({"system": "b300_sxm"}, "no pdsim hardware profile"),
     ({"pp_size": "2"}, "pipeline parallelism (pp > 1)"),
-    ({"moe_tp_size": "4", "moe_ep_size": "2"},
-     "MoE hybrid tensor x expert parallelism (moe_tp > 1 and moe_ep > 1)"),
+    ({"tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "4", "moe_ep_size": "2"},
+     "MoE hybrid tensor x expert parallelism across attention-DP ranks (moe_tp > 1, "
+     "moe_ep > 1, attention_dp > 1)"),
     ({"tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "8", "moe_ep_size": "1"},
      "MoE tensor parallelism across attention-DP ranks"),
     ({"moe_tp_size": "2", "moe_ep_size": "1"},
@@ -101,12 +102,23 @@ def test_reason_counts_over_the_sample(sample: list[S.SiliconRow]) -> None:
         "no pdsim model profile": 2298,
         "disagg row without worker counts": 887,
         "no pdsim hardware profile": 434,
-        "MoE hybrid tensor x expert parallelism (moe_tp > 1 and moe_ep > 1)": 212,
+        "MoE hybrid tensor x expert parallelism across attention-DP ranks (moe_tp > 1, "
+        "moe_ep > 1, attention_dp > 1)": 37,
         "MoE tensor parallelism across attention-DP ranks": 31,
         "tensor parallel size does not divide the attention heads": 53,
         "weights do not fit the GPUs under the backend's default memory rule": 10,
     }
-    assert len(sample) - sum(reasons.values()) == 1296
+    assert len(sample) - sum(reasons.values()) == 1471
+
+
+def test_hybrid_moe_layout_is_one_tp_group_with_expert_groups() -> None:
+    """TensorRT-LLM's --tp 8 --ep 4 (moe_tp 2 x moe_ep 4): one TP8 instance whose experts
+    are split over 4 groups of 2 GPUs (expert_parallel_size 4, a divisor of the TP)."""
+    plan = S.plan_row(_row(moe_tp_size="2", moe_ep_size="4"))
+    assert plan.roles["colocated"] == S.Layout(instances=1, tp=8, ep=4, per_rank_batch=64)
+    st = S.build_config(plan)["cluster"]["colocated"]["step_time"]
+    assert (st["tensor_parallel_size"], st["expert_parallel_size"]) == (8, 4)
+    assert "attention_dp_size" not in S.build_config(plan)["cluster"]["colocated"]
 
 
 def test_attention_dp_ranks_become_one_engine_sharing_experts() -> None:
