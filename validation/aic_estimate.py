@@ -35,6 +35,9 @@ Two departures, both forced by this machine and both recorded per row:
   instead of looked up; the variable is AIConfigurator's own escape for legacy suites and
   restores the raw lookup that the sample's commit made (and so the default-database
   retry above).
+
+One speed-up changes nothing it computes: ``memoize_yaml`` (90 rows estimated with and
+without it on 2026-12-02 agree to the last digit written).
 """
 
 from __future__ import annotations
@@ -85,6 +88,14 @@ def estimate_args(row: dict[str, str]) -> dict[str, Any]:
     }
     args.update({name: int(row[name]) for name in fields if row.get(name)})
     return args
+
+
+def _portable(text: str) -> str:
+    """An error's text without this machine's install path."""
+    import aiconfigurator_core
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(aiconfigurator_core.__file__)))
+    return text.replace(root + os.sep, "")
 
 
 def _missing_database(exc: Exception, version: str | None) -> bool:
@@ -160,7 +171,7 @@ class Estimator:
             try:
                 self._cache[key] = {**self._run(dict(args)), "aic_error": ""}
             except Exception as exc:  # every failure is a recorded reason
-                text = " ".join(str(exc).split()) or type(exc).__name__
+                text = _portable(" ".join(str(exc).split()) or type(exc).__name__)
                 self._cache[key] = {"aic_ttft_ms": None, "aic_tpot_ms": None,
                                     "aic_backend_version": "",
                                     "aic_error": f"{type(exc).__name__}: {text}"[:300]}
