@@ -1334,13 +1334,10 @@ def render(out: Outcome, meta: Meta) -> str:
         "preempt as the engines do), which multiplies their TTFT; "
         f"{sum(s.likely_mtp for s in scored)} are flagged likely MTP.")
     add("")
-    add("AIConfigurator's own error on these rows: the CSV carries only the measurements, and "
-        "the repository commits no predictions (its `tools/accuracy_regression_testing/"
-        "predict_silicon_sample.py` computes them by running `cli_estimate` on every row; "
-        "`tools/accuracy_tracking/silicon_refs.csv` is 35 measured anchors without "
-        "predictions). Issue 25 quotes AIConfigurator at 56% (TTFT) and 25% (TPOT) mean "
-        "error on the rows it scored; that figure was not reproduced here, and no "
-        "per-row AIConfigurator numbers are compared.")
+    # AIConfigurator's own estimates of the same rows, from the committed CSV
+    from validation.aic_side_by_side import doc_section
+
+    lines.extend(doc_section(scored, out.rows))
     add("")
 
     add("## By partition")
