@@ -424,6 +424,11 @@ class RouterConfig(StrictModel):
     frontend_latency_s: Annotated[NonNegFloat, seconds_bound()] = 0.0
     """Seconds from a request's arrival to its dispatch to an instance (HTTP, tokenization,
     the serving frontend); TTFT and end-to-end latency include it, TPOT does not."""
+    frontend_latency_per_prompt_token_s: Annotated[NonNegFloat, seconds_bound()] = 0.0
+    """Seconds per prompt token that a request spends in the frontend on the way in, on
+    top of ``frontend_latency_s`` (tokenization and input processing of the prompt, off
+    the GPU: the engine's steps do not pay it); TTFT and end-to-end latency include it,
+    TPOT does not."""
     response_rule: ResponseRule = "pdsim"
     """The serving stack whose first streamed response the client's TTFT ends at
     (``RESPONSE_RULES``): pdsim (the engine's first token), vllm, sglang or trtllm (the
