@@ -301,6 +301,29 @@ def test_frontend_latency_adds_to_ttft_only() -> None:
         assert b["tpot_s"] == pytest.approx(a["tpot_s"], abs=1e-12)
 
 
+def test_frontend_latency_per_prompt_token_adds_with_the_prompt() -> None:
+    """router.frontend_latency_per_prompt_token_s: each request reaches the engine its
+    prompt tokens x the cost later (on top of frontend_latency_s), so TTFT and end-to-end
+    grow by that; TPOT does not move. One request at a time, prompts of drawn lengths."""
+    def run(*extra: str) -> Any:
+        return Simulation(make_config(
+            "cluster.mode=colocated", "workload.num_requests=6",
+            "workload.arrivals={kind: closed_loop, concurrency: 1}",
+            "workload.prompt_tokens={kind: uniform, mean_tokens: 250, range_ratio: 0.6}", *extra,
+            method="none")).run().records
+    base = run()
+    late = run("router.frontend_latency_s=0.01",
+               "router.frontend_latency_per_prompt_token_s=0.0005")
+    prompts = {int(a["prompt_tokens"]) for a in base}
+    assert len(prompts) > 1  # the cost differs between requests
+    for a, b in zip(base, late, strict=True):
+        assert b["prompt_tokens"] == a["prompt_tokens"]
+        extra_s = 0.01 + 0.0005 * a["prompt_tokens"]
+        assert b["ttft_s"] == pytest.approx(a["ttft_s"] + extra_s, abs=1e-9)
+        assert b["e2e_s"] == pytest.approx(a["e2e_s"] + extra_s, abs=1e-9)
+        assert b["tpot_s"] == pytest.approx(a["tpot_s"], abs=1e-12)
+
+
 def test_first_response_delay_moves_ttft_not_the_run() -> None:
     """router.first_response_delay_tokens: the client's first response arrives that many
     output tokens after the engine's first token (at the request's own inter-token time),
