@@ -295,6 +295,16 @@ def test_prefill_policy_reaches_every_role(monkeypatch: pytest.MonkeyPatch) -> N
             for r in ("prefill", "decode")} == {"prefill_first"}
 
 
+def test_frontend_cost_per_prompt_token_reaches_the_router() -> None:
+    """Each backend's cost per prompt token on the way in is its table's (vLLM's fitted,
+    none elsewhere)."""
+    for backend in ("vllm", "sglang", "trtllm"):
+        cfg = pdsim.load_config(S.build_config(S.plan_row(_row(backend=backend))))
+        assert cfg.router.frontend_latency_per_prompt_token_s == (
+            S.FRONTEND_LATENCY_PER_PROMPT_TOKEN_S.get(backend, 0.0))
+    assert S.FRONTEND_LATENCY_PER_PROMPT_TOKEN_S["vllm"] > 0
+
+
 def test_frontend_latency_reaches_the_router(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(S.FRONTEND_LATENCY_S, "vllm", 0.05)
     cfg = pdsim.load_config(S.build_config(S.plan_row(_row(backend="vllm"))))
