@@ -1139,7 +1139,16 @@ TTFT_GAP_SECTION = "\n".join((
      "8192/1024), the recipes' `max_num_tokens`, TensorRT-LLM's unchunked prefill "
      "(pdsim's scheduler needs chunking below `max_model_len` tokens a step), and "
      "vLLM on B200, short by a gap that grows with the prompt (7-9 steps at ISL 1024, "
-     "19-21 at 8192): a prefill-efficiency matter of the step-time model."),
+     "19-21 at 8192): a prefill-efficiency matter of the step-time model. "
+     "vLLM's aiperf rows, which hit the prefix cache (TPOT shows no prefill), still "
+     "have a TTFT that grows with the prompt (about 45 us a prompt token at TP 1): "
+     "the suite gives vLLM a cost per prompt token on the way in "
+     "(`router.frontend_latency_per_prompt_token_s`, 22.5 us) fitted with its "
+     "first-response delay (5 to 3 tokens) on all 167 vLLM fit rows of both "
+     "harnesses: TTFT mean 25.4% to 19.6% (aiperf 53.3% to 23.1%); on B200 it also "
+     "covers part of the prefill gap above, on H100/H200 at ISL 8192 it is 10-30% "
+     "too large (docs/step-time.md, \"A cost per prompt token on the way in "
+     "(vLLM)\")."),
     ("- **Not explained.** The older TensorRT-LLM H100 dump (`source_file=` without a "
      "date): at low concurrency TTFT grows with the output length, about one completion "
      "interval (OSL x TPOT / C) per request. SGLang DeepSeek nvfp4 rows without a "
@@ -1172,7 +1181,8 @@ def render(out: Outcome, meta: Meta) -> str:
         "0-4 (fixed by the data's README); held-out rows are never used to fit, choose or "
         "tune anything and are reported apart from the fit rows. One set of constants is "
         "fitted to fit rows: each backend's first-response delay (`router.response_rule`, "
-        "\"Why TTFT is short\"); held-out rows stay out-of-sample.")
+        "\"Why TTFT is short\") and vLLM's cost per prompt token on the way in; held-out "
+        "rows stay out-of-sample.")
     add("")
     add("*Error* is the absolute percentage error |pdsim - measured| / measured of the mean "
         "TTFT and of the mean TPOT; a partition is backend x mode x system.")
