@@ -199,8 +199,8 @@ prompt token on the way in (vLLM)". None for SGLang and TensorRT-LLM (not fitted
 
 RESPONSE_RULES: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 """Each backend's first-response rule (``router.response_rule``): the measured TTFT ends at
-the first streamed response the client receives, which arrives some output tokens after
-the engine's first token (pdsim.config_sections.RESPONSE_RULES, fitted on fit rows only;
+the first streamed response the client receives, which arrives some of the request's
+engine steps after its first token (pdsim.config_sections.RESPONSE_RULES, fitted on fit rows only;
 docs/validation-silicon.md, "Why TTFT is short")."""
 
 TRTLLM_ADP_CONTEXT_WAIT_STEPS = 60
@@ -692,22 +692,16 @@ def speculative(plan: Plan) -> dict[str, Any]:
 
 
 def router(plan: Plan) -> dict[str, Any]:
-    """Round-robin routing and the backend's first-response rule. The rule's delay is
-    fitted in output tokens on rows without speculation, where an engine step emits one
-    token; the streams it stands for (e.g. TensorRT-LLM's ``stream_interval``) count engine
-    iterations, so on an MTP row the same number of steps is that many times the
-    acceptance length in tokens (``MTP_ACCEPTANCE_RATES``)."""
+    """Round-robin routing, the backend's costs on the way in and its first-response
+    rule. The rule's delay counts the request's engine steps (as the streams it stands
+    for, e.g. TensorRT-LLM's ``stream_interval``, count iterations), so an MTP row needs
+    no conversion: pdsim counts the steps its own drafts and acceptances make."""
     rule = RESPONSE_RULES.get(plan.backend, "pdsim")
     out: dict[str, Any] = {"policy": "round_robin",
                            "frontend_latency_s": FRONTEND_LATENCY_S.get(plan.backend, 0.0),
                            "frontend_latency_per_prompt_token_s":
                                FRONTEND_LATENCY_PER_PROMPT_TOKEN_S.get(plan.backend, 0.0),
                            "response_rule": rule}
-    if plan.mtp_drafts:
-        from pdsim.config_sections import RESPONSE_RULES as DELAY_TOKENS
-
-        tokens_per_step = 1 + sum(MTP_ACCEPTANCE_RATES[:plan.mtp_drafts])
-        out["first_response_delay_tokens"] = round(DELAY_TOKENS[rule] * tokens_per_step)
     return out
 
 
@@ -772,6 +766,10 @@ class Score:
     likely_mtp: bool
     elapsed_s: float
     error: str = ""
+    pdsim_tokens_per_step: float = 1.0
+    """The measured requests' mean output tokens per engine step that emitted output (1
+    without speculation): what turns a first-response delay in steps into tokens
+    (``silicon_gap.response_ttft_ms``)."""
 
     @property
     def ttft_ape(self) -> float:
@@ -814,6 +812,9 @@ def score_row(row: SiliconRow) -> Score:
     finished = finished[warm:]
     ttft = np.asarray(cols["ttft_s"], dtype=float)[order][warm:]
     tpot = np.asarray(cols["tpot_s"], dtype=float)[order][warm:]
+    steps = np.asarray(cols["num_chunks"], dtype=float)[order][warm:]
+    tokens = np.asarray(cols["output_tokens"], dtype=float)[order][warm:]
+    per_step = float(tokens.sum() / steps.sum()) if steps.sum() > 0 else 1.0
     rounds = PROTOCOLS[plan.protocol].rounds
     p_ttft = aiperf_mean(ttft, plan.concurrency, rounds) * 1e3 if finished.all() else math.nan
     p_tpot = aiperf_mean(tpot, plan.concurrency, rounds) * 1e3 if finished.all() else math.nan
@@ -823,7 +824,7 @@ def score_row(row: SiliconRow) -> Score:
               and p_tpot > LIKELY_MTP_RATIO * row.tpot_ms)
     return Score(row.id, row.split, row.partition, row.fields["model_path"], plan.concurrency,
                  plan.isl, plan.osl, row.ttft_ms, row.tpot_ms, p_ttft, p_tpot,
-                 preemptions, likely, time.perf_counter() - start, err)
+                 preemptions, likely, time.perf_counter() - start, err, per_step)
 
 
 def _score_or_reason(row: SiliconRow) -> Score | NotExpressible:
@@ -1059,8 +1060,9 @@ TTFT_GAP_SECTION = "\n".join((
      "rows better than a constant (on 103 fit rows, best per-backend constant: median "
      "error 39.6%; best k: 31.2%; both together no better than k alone). pdsim models "
      "it where it acts, after the engine: `router.response_rule` names the serving "
-     "stack and the client's first streamed response comes `first_response_tokens` "
-     "output tokens after the engine's first token (pdsim.results.first_response_s; "
+     "stack and the client's first streamed response comes `first_response_steps` "
+     "of the request's engine steps after its first token (one step a token without "
+     "speculation; pdsim.results.first_response_s; "
      "TTFT ends there, TPOT is (e2e - TTFT) / (n - 1) as the benchmarks compute it; "
      "the engine and its facts do not change). Fitted per backend as the whole number "
      "of tokens minimising the mean TTFT error of the fit rows (`python -m "
