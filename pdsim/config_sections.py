@@ -397,12 +397,12 @@ class CacheAwareRouting(StrictModel):
 
 
 ResponseRule = Literal["pdsim", "vllm", "sglang", "trtllm"]
-RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 5, "sglang": 17, "trtllm": 13}
-"""Per serving stack, the output tokens after the engine's first token at which a
-streaming client receives its first response: none for pdsim; for vLLM, SGLang and
-TensorRT-LLM fitted to the fit rows of AIConfigurator's silicon sample (the measured TTFT
-less pdsim's, in units of the request's own inter-token time; docs/step-time.md, "The
-first response")."""
+RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 3, "sglang": 17, "trtllm": 13}
+"""Per serving stack, the request's engine steps after the one that emitted its first
+token at which a streaming client receives its first response: none for pdsim; for vLLM,
+SGLang and TensorRT-LLM fitted to the fit rows of AIConfigurator's silicon sample run
+without speculation, where a step emits one token (the measured TTFT less pdsim's, in
+units of the request's own inter-token time; docs/step-time.md, "The first response")."""
 
 
 class RouterConfig(StrictModel):
@@ -424,22 +424,32 @@ class RouterConfig(StrictModel):
     frontend_latency_s: Annotated[NonNegFloat, seconds_bound()] = 0.0
     """Seconds from a request's arrival to its dispatch to an instance (HTTP, tokenization,
     the serving frontend); TTFT and end-to-end latency include it, TPOT does not."""
+    frontend_latency_per_prompt_token_s: Annotated[NonNegFloat, seconds_bound()] = 0.0
+    """Seconds per prompt token that a request spends in the frontend on the way in, on
+    top of ``frontend_latency_s`` (tokenization and input processing of the prompt, off
+    the GPU: the engine's steps do not pay it); TTFT and end-to-end latency include it,
+    TPOT does not."""
     response_rule: ResponseRule = "pdsim"
     """The serving stack whose first streamed response the client's TTFT ends at
     (``RESPONSE_RULES``): pdsim (the engine's first token), vllm, sglang or trtllm (the
-    first response arrives that many output tokens after the engine's first token, fitted
-    to the silicon sample's fit rows; docs/step-time.md, "The first response")."""
-    first_response_delay_tokens: NonNegInt | None = None
-    """Output tokens after the engine's first token at which the client receives its first
-    streamed response (null: the response rule's); TTFT ends there and TPOT is
-    (end-to-end - TTFT) / (output tokens - 1), as the benchmarks compute them."""
+    first response arrives that many of the request's engine steps after the one that
+    emitted its first token, fitted to the silicon sample's fit rows; docs/step-time.md,
+    "The first response")."""
+    first_response_delay_steps: NonNegInt | None = None
+    """The request's own engine steps after the one that emitted its first token at which
+    the client receives its first streamed response (null: the response rule's): the
+    streams the rules stand for count engine iterations (TensorRT-LLM ``stream_interval``,
+    SGLang ``--stream-interval``), so under speculation, where a step emits several
+    tokens, the delay is that many steps, not tokens (without speculation one step emits
+    one token). TTFT ends there and TPOT is (end-to-end - TTFT) / (output tokens - 1), as
+    the benchmarks compute them."""
 
     @property
-    def first_response_tokens(self) -> int:
-        """The first response's delay in output tokens: the explicit value, else the
-        response rule's."""
-        if self.first_response_delay_tokens is not None:
-            return self.first_response_delay_tokens
+    def first_response_steps(self) -> int:
+        """The first response's delay in the request's engine steps: the explicit value,
+        else the response rule's."""
+        if self.first_response_delay_steps is not None:
+            return self.first_response_delay_steps
         return RESPONSE_RULES[self.response_rule]
 
 

@@ -165,17 +165,19 @@ class RunFacts:
 
 
 def first_response_s(first_token_s: np.ndarray, finish_s: np.ndarray,
-                     output_tokens: np.ndarray, delay_tokens: int) -> np.ndarray:
-    """When each request's first streamed response reaches the client: ``delay_tokens``
-    output tokens after the engine's first token (``router.first_response_tokens``), at
-    the request's own mean inter-token time, and never after its last token; the engine's
-    first token itself when the delay is 0 or the request did not finish."""
-    if not delay_tokens:
+                     output_steps: np.ndarray, delay_steps: int) -> np.ndarray:
+    """When each request's first streamed response reaches the client: ``delay_steps`` of
+    the request's own engine steps after the one that emitted its first token
+    (``router.first_response_steps``), at the request's mean time between the steps that
+    emitted its output (``output_steps``: the steps its output segments span, its
+    ``num_chunks``; one a token without speculation), and never after its last step; the
+    engine's first token itself when the delay is 0 or the request did not finish."""
+    if not delay_steps:
         return first_token_s
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_token = (finish_s - first_token_s) / (output_tokens - 1)
-        later = np.minimum(delay_tokens, output_tokens - 1) * per_token
-    return np.where((output_tokens > 1) & np.isfinite(later), first_token_s + later,
+        per_step = (finish_s - first_token_s) / (output_steps - 1)
+        later = np.minimum(delay_steps, output_steps - 1) * per_step
+    return np.where((output_steps > 1) & np.isfinite(later), first_token_s + later,
                     first_token_s)
 
 
@@ -208,7 +210,8 @@ def results_from(facts: RunFacts) -> Results:
     finish = columns["finish_s"]
     out_tok = columns["output_tokens"]
     e2e = np.where(finished, finish - arrival, NAN)
-    ttft = first_response_s(first, finish, out_tok, facts.config.router.first_response_tokens
+    chunks = segments.chunks_per_request()  # the steps that emitted each request's output
+    ttft = first_response_s(first, finish, chunks, facts.config.router.first_response_steps
                             ) - arrival
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(finished & (out_tok > 1), (e2e - ttft) / (out_tok - 1), NAN)
@@ -218,7 +221,7 @@ def results_from(facts: RunFacts) -> Results:
     columns["ttft_s"] = ttft
     columns["tpot_s"] = tpot
     columns["e2e_s"] = e2e
-    columns["num_chunks"] = segments.chunks_per_request()
+    columns["num_chunks"] = chunks
     columns["kv_transfer_s"] = t_end - t_start
     columns = {k: columns[k] for k in RECORD_FIELDS}
     for rid, (_, row) in live.items():

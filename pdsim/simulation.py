@@ -84,6 +84,7 @@ class Simulation:
         self.colocated = engines.colocated
         # arrival to dispatch: HTTP, tokenization, the serving frontend (0: at once)
         self._frontend_s = config.router.frontend_latency_s
+        self._frontend_per_prompt_token_s = config.router.frontend_latency_per_prompt_token_s
         # per-pair links or a topology, state made as transfers use it (never P x D)
         self.network = make_network(env, config, self.instances)
         self.faults = FaultState(config.faults, self.streams.get("faults"))
@@ -232,9 +233,10 @@ class Simulation:
         self._through_frontend(req)
 
     def _through_frontend(self, req: Request) -> None:
-        """Dispatch ``req`` once it has passed the frontend (``router.frontend_latency_s``):
-        the proxy's first hop (``Proxy.dispatch``)."""
-        latency = self._frontend_s
+        """Dispatch ``req`` once it has passed the frontend (``router.frontend_latency_s``
+        and ``frontend_latency_per_prompt_token_s`` per prompt token): the proxy's first
+        hop (``Proxy.dispatch``)."""
+        latency = self._frontend_s + self._frontend_per_prompt_token_s * req.prompt_tokens
         if latency <= 0:
             self._dispatch(req)
             return

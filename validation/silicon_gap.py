@@ -16,7 +16,7 @@ or did not finish are left out. Two questions, from the rows themselves:
    1 at high C, a constant overhead b near 0.
 
 ``--fit-response N`` scores the fit rows of the suite's stratified sample of N rows with no
-first-response delay and fits, per backend, the output tokens after the engine's first
+first-response delay and fits, per backend, the request's engine steps after its first
 token at which the client's first response arrives (``router.response_rule``; pdsim.config_sections
 .RESPONSE_RULES holds the fitted values).
 """
@@ -112,22 +112,26 @@ def fit_frontend_latency(scores: list[dict[str, Any]]) -> dict[str, tuple[float,
 
 
 MAX_RESPONSE_TOKENS = 64
-"""The largest first-response delay (output tokens) the fit tries."""
+"""The largest first-response delay (engine steps; one output token each without
+speculation) the fit tries."""
 
 
-def response_ttft_ms(score: dict[str, Any], tokens: int) -> float:
+def response_ttft_ms(score: dict[str, Any], steps: int) -> float:
     """A row's pdsim TTFT (scored with no first-response delay) had its client's first
-    response come ``tokens`` output tokens after the engine's first token: what
-    ``router.first_response_delay_tokens`` makes of it (pdsim.results.first_response_s; the
-    delay does not change the engine, so this is exact)."""
+    response come ``steps`` of the request's engine steps after its first token: what
+    ``router.first_response_delay_steps`` makes of it (pdsim.results.first_response_s; the
+    delay does not change the engine, so this is exact without speculation; under
+    speculation the steps are priced at the row's mean tokens per step,
+    ``pdsim_tokens_per_step``, a close approximation)."""
     per_token = score["pdsim_tpot_ms"]
+    tokens = steps * score.get("pdsim_tokens_per_step", 1.0)
     return float(score["pdsim_ttft_ms"] + min(tokens, score["osl"] - 1) * per_token)
 
 
 def fit_first_response(scores: list[dict[str, Any]]
                        ) -> dict[str, tuple[int, int, float, float]]:
-    """Per backend, (delay tokens, rows, mean TTFT error before, after): the whole number
-    of output tokens after the engine's first token at which the client's first response
+    """Per backend, (delay steps, rows, mean TTFT error before, after): the whole number
+    of the request's engine steps after its first token at which the client's first response
     arrives that minimises the mean absolute percentage error of TTFT over the fit rows
     (``fit_scores``) scored with no delay."""
     by: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
@@ -221,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-response", type=int, metavar="N",
                     help="score the fit rows of the suite's stratified sample of N rows "
                          "without a first-response delay and print each backend's fitted "
-                         "first_response_delay_tokens")
+                         "first_response_delay_steps")
     args = ap.parse_args(argv)
     if args.fit_response is not None:
         if args.fit_response <= 0:
@@ -229,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         fitted = fit_first_response(score_fit_rows_without_response_delay(args.fit_response))
         for backend, (tokens, n, before, after) in fitted.items():
-            print(f"{backend}: first_response_delay_tokens {tokens} ({n} fit rows; mean TTFT "
+            print(f"{backend}: first_response_delay_steps {tokens} ({n} fit rows; mean TTFT "
                   f"error {before:.1f}% without, {after:.1f}% with)")
         return 0
     if args.fit_frontend:

@@ -301,9 +301,33 @@ def test_frontend_latency_adds_to_ttft_only() -> None:
         assert b["tpot_s"] == pytest.approx(a["tpot_s"], abs=1e-12)
 
 
+def test_frontend_latency_per_prompt_token_adds_with_the_prompt() -> None:
+    """router.frontend_latency_per_prompt_token_s: each request reaches the engine its
+    prompt tokens x the cost later (on top of frontend_latency_s), so TTFT and end-to-end
+    grow by that; TPOT does not move. One request at a time, prompts of drawn lengths."""
+    def run(*extra: str) -> Any:
+        return Simulation(make_config(
+            "cluster.mode=colocated", "workload.num_requests=6",
+            "workload.arrivals={kind: closed_loop, concurrency: 1}",
+            "workload.prompt_tokens={kind: uniform, mean_tokens: 250, range_ratio: 0.6}", *extra,
+            method="none")).run().records
+    base = run()
+    late = run("router.frontend_latency_s=0.01",
+               "router.frontend_latency_per_prompt_token_s=0.0005")
+    prompts = {int(a["prompt_tokens"]) for a in base}
+    assert len(prompts) > 1  # the cost differs between requests
+    for a, b in zip(base, late, strict=True):
+        assert b["prompt_tokens"] == a["prompt_tokens"]
+        extra_s = 0.01 + 0.0005 * a["prompt_tokens"]
+        assert b["ttft_s"] == pytest.approx(a["ttft_s"] + extra_s, abs=1e-9)
+        assert b["e2e_s"] == pytest.approx(a["e2e_s"] + extra_s, abs=1e-9)
+        assert b["tpot_s"] == pytest.approx(a["tpot_s"], abs=1e-12)
+
+
 def test_first_response_delay_moves_ttft_not_the_run() -> None:
-    """router.first_response_delay_tokens: the client's first response arrives that many
-    output tokens after the engine's first token (at the request's own inter-token time),
+    """router.first_response_delay_steps: the client's first response arrives that many
+    engine steps after the engine's first token (at the request's own time between output
+    steps; without speculation one step a token),
     so TTFT grows by that many inter-token times and TPOT, (e2e - TTFT) / (n - 1), shrinks
     to match; the engine's facts (first token, finish) and the end-to-end do not move."""
     def run(extra: str) -> Any:
@@ -312,7 +336,7 @@ def test_first_response_delay_moves_ttft_not_the_run() -> None:
             "workload.arrivals={kind: closed_loop, concurrency: 3}",
             "workload.output_tokens={kind: fixed, tokens: 20}", extra,
             method="none")).run().records
-    base, late = run("router.response_rule=pdsim"), run("router.first_response_delay_tokens=5")
+    base, late = run("router.response_rule=pdsim"), run("router.first_response_delay_steps=5")
     for a, b in zip(base, late, strict=True):
         assert b["first_token_s"] == a["first_token_s"] and b["finish_s"] == a["finish_s"]
         per_token = (a["finish_s"] - a["first_token_s"]) / (a["output_tokens"] - 1)
@@ -323,18 +347,40 @@ def test_first_response_delay_moves_ttft_not_the_run() -> None:
             (a["e2e_s"] - b["ttft_s"]) / (a["output_tokens"] - 1), rel=1e-12)
         assert b["tpot_s"] < a["tpot_s"]
     # never past the last token: a delay longer than the output ends at the request's end
-    for a, r in zip(base, run("router.first_response_delay_tokens=50"), strict=True):
+    for a, r in zip(base, run("router.first_response_delay_steps=50"), strict=True):
         assert r["ttft_s"] == pytest.approx(a["e2e_s"], rel=1e-12)
         assert r["tpot_s"] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_first_response_delay_counts_engine_steps_under_speculation() -> None:
+    """With MTP a step emits several tokens, and the delay counts the request's own
+    engine steps (its output chunks), not tokens: k steps after the first token at the
+    request's mean time between output steps, ending no later than its last step."""
+    def run(extra: str) -> Any:
+        return Simulation(make_config(
+            "cluster.mode=colocated", "workload.num_requests=12",
+            "workload.arrivals={kind: closed_loop, concurrency: 3}",
+            "workload.output_tokens={kind: fixed, tokens: 40}", extra,
+            method="mtp", n_spec=2)).run().records
+    base, late = run("router.response_rule=pdsim"), run("router.first_response_delay_steps=4")
+    fewer_steps = 0
+    for a, b in zip(base, late, strict=True):
+        assert b["first_token_s"] == a["first_token_s"] and b["finish_s"] == a["finish_s"]
+        steps = a["num_chunks"]
+        fewer_steps += steps < a["output_tokens"]
+        per_step = (a["finish_s"] - a["first_token_s"]) / (steps - 1)
+        assert b["ttft_s"] == pytest.approx(a["ttft_s"] + min(4, steps - 1) * per_step,
+                                            rel=1e-12)
+    assert fewer_steps > 0  # some steps emitted more than one token
+
+
 def test_first_response_rule_defaults() -> None:
     """The default config streams as the engine does; each rule's delay is its table's."""
-    assert RouterConfig().first_response_tokens == 0
-    for rule, tokens in RESPONSE_RULES.items():
-        assert RouterConfig(response_rule=rule).first_response_tokens == tokens  # type: ignore[arg-type]
+    assert RouterConfig().first_response_steps == 0
+    for rule, steps in RESPONSE_RULES.items():
+        assert RouterConfig(response_rule=rule).first_response_steps == steps  # type: ignore[arg-type]
         assert RouterConfig(response_rule=rule,  # type: ignore[arg-type]
-                            first_response_delay_tokens=2).first_response_tokens == 2
+                            first_response_delay_steps=2).first_response_steps == 2
 
 
 @settings(max_examples=60, deadline=None)
@@ -359,6 +405,6 @@ def test_first_response_lies_between_first_token_and_finish(
 
 def test_show_config_names_the_first_response_delay_only_when_set() -> None:
     from pdsim.loader import derived_values
-    assert "router.first_response_tokens" not in derived_values(make_config(method="none"))
+    assert "router.first_response_steps" not in derived_values(make_config(method="none"))
     cfg = make_config("router.response_rule=trtllm", method="none")
-    assert derived_values(cfg)["router.first_response_tokens"] == RESPONSE_RULES["trtllm"]
+    assert derived_values(cfg)["router.first_response_steps"] == RESPONSE_RULES["trtllm"]

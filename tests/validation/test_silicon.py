@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 import pdsim
+from pdsim.config_sections import RESPONSE_RULES as DELAY_STEPS
 from pdsim.config_sections import Role
 from validation import silicon as S
 
@@ -249,14 +250,15 @@ def test_rows_of_an_mtp_recipe_image_run_mtp(sample: list[S.SiliconRow]) -> None
     cfg = pdsim.load_config(S.build_config(plan))
     assert (cfg.speculative.method, cfg.speculative.num_speculative_tokens) == ("mtp", 3)
     assert cfg.speculative.acceptance.rates == (0.92, 0.66, 0.24)  # type: ignore[union-attr]
-    # the first-response delay is the rule's engine steps: TensorRT-LLM's 11 at 2.82 tokens
+    # the first-response delay is the rule's, in engine steps: no conversion in the suite
     assert cfg.router.response_rule == "trtllm"
-    assert cfg.router.first_response_tokens == round(11 * 2.82) == 31
+    assert cfg.router.first_response_steps == DELAY_STEPS["trtllm"]
+    assert "first_response_delay_steps" not in S.build_config(plan)["router"]
     dp = S.plan_row(_row(silicon_data_source=img, tp_size="1", attention_dp_size="8",
                          moe_tp_size="1", moe_ep_size="8", batch_size="1"))
     assert dp.mtp_drafts == 1
     assert S.build_config(dp)["speculative"]["acceptance"]["rates"] == [0.92]
-    assert S.build_config(dp)["router"]["first_response_delay_tokens"] == round(11 * 1.92)
+    assert "first_response_delay_steps" not in S.build_config(dp)["router"]
     # the STP recipes' image, another backend or model, or no image: no speculation
     stp = img.replace("rc6.post3", "rc6.post2")
     for row in (_row(silicon_data_source=stp), _row(silicon_data_source=img, backend="sglang"),
@@ -264,7 +266,7 @@ def test_rows_of_an_mtp_recipe_image_run_mtp(sample: list[S.SiliconRow]) -> None
         other = S.plan_row(row)
         assert other.mtp_drafts == 0
         assert S.build_config(other)["speculative"] == {"method": "none"}
-        assert "first_response_delay_tokens" not in S.build_config(other)["router"]
+        assert "first_response_delay_steps" not in S.build_config(other)["router"]
     # over the sample: the B200 TensorRT-LLM DeepSeek-R1 rows measured on that image
     hits = [r for r in sample if "rc6.post3" in r.fields["silicon_data_source"]]
     assert len(hits) == 88
@@ -307,6 +309,16 @@ def test_prefill_policy_reaches_every_role(monkeypatch: pytest.MonkeyPatch) -> N
             for r in ("prefill", "decode")} == {"prefill_first"}
 
 
+def test_frontend_cost_per_prompt_token_reaches_the_router() -> None:
+    """Each backend's cost per prompt token on the way in is its table's (vLLM's fitted,
+    none elsewhere)."""
+    for backend in ("vllm", "sglang", "trtllm"):
+        cfg = pdsim.load_config(S.build_config(S.plan_row(_row(backend=backend))))
+        assert cfg.router.frontend_latency_per_prompt_token_s == (
+            S.FRONTEND_LATENCY_PER_PROMPT_TOKEN_S.get(backend, 0.0))
+    assert S.FRONTEND_LATENCY_PER_PROMPT_TOKEN_S["vllm"] > 0
+
+
 def test_frontend_latency_reaches_the_router(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(S.FRONTEND_LATENCY_S, "vllm", 0.05)
     cfg = pdsim.load_config(S.build_config(S.plan_row(_row(backend="vllm"))))
@@ -333,7 +345,7 @@ def test_response_rule_follows_the_backend() -> None:
     for backend in ("trtllm", "vllm", "sglang"):
         cfg = pdsim.load_config(S.build_config(S.plan_row(_row(backend=backend))))
         assert cfg.router.response_rule == backend
-        assert cfg.router.first_response_tokens == RESPONSE_RULES[backend] > 0
+        assert cfg.router.first_response_steps == RESPONSE_RULES[backend] > 0
 
 
 def test_first_response_fit_minimises_fit_rows_mean_error() -> None:
@@ -350,6 +362,10 @@ def test_first_response_fit_minimises_fit_rows_mean_error() -> None:
     ((backend, (tokens, n, before, after)),) = G.fit_first_response(scores).items()
     assert (backend, tokens, n) == ("vllm", 4, 3)
     assert after == pytest.approx(0.0, abs=1e-9)
+    # under speculation a step is the row's tokens per step: 2 steps of 2 tokens here
+    spec = [{**s, "pdsim_tokens_per_step": 2.0} for s in scores]
+    ((_, (steps, _, _, after)),) = G.fit_first_response(spec).items()
+    assert steps == 2 and after == pytest.approx(0.0, abs=1e-9)
     assert before > 10.0
     # never past the last token
     assert G.response_ttft_ms({**base, "pdsim_ttft_ms": 20.0, "pdsim_tpot_ms": 10.0},
