@@ -27,7 +27,7 @@ from pdsim.engine.kv_manager import KVManager
 from pdsim.engine.look_ahead import FreshRows
 from pdsim.engine.request import Request
 from pdsim.engine.route_view import RoutingState
-from pdsim.engine.run_plan import plan_run_window, run_may_be_taken
+from pdsim.engine.run_plan import plan_run_window, run_may_be_taken, run_window_steps
 from pdsim.engine.scheduler import DrawSource, Scheduler, StepOutcome, StepPlan
 from pdsim.engine.snapshot import InstanceSnapshot
 from pdsim.engine.step_log import StepLog
@@ -94,12 +94,13 @@ MAX_ZERO_TIME_STEPS = 100_000
 # mean step time below which such a streak is called a livelock rather than a wait.
 MAX_IDLE_STEPS_CAP = 50_000_000
 MIN_REAL_STEP_S = 1e-6
-# The most steps one decode run plans (and the fresh-row look-ahead tables cover). A run
-# ends where step-by-step scheduling could differ or at this cap, and the loop plans the
-# next one at once: every run costs a plan and a commit, so a longer cap means fewer runs
-# where rows keep joining (light load: 0.44 runs a request at 128 steps, 0.20 at 512).
-# Where a run starts and stops changes no decision, only the order of the float additions
-# of its step end times (a cumulative sum from the run's start).
+# The most steps one decode run plans (and the fresh-row look-ahead tables cover; a run
+# of many rows plans fewer, ``run_plan.run_window_steps``). A run ends where step-by-step
+# scheduling could differ or at its planned steps, and the loop plans the next one at
+# once: every run costs a plan and a commit, so longer runs mean fewer runs where rows
+# keep joining (light load: 0.44 runs a request at 128 steps, 0.20 at 512). Where a run
+# starts and stops changes no decision, only the order of the float additions of its
+# step end times (a cumulative sum from the run's start).
 MAX_RUN_STEPS = 512
 
 
@@ -407,7 +408,8 @@ class Instance:
         if not (self.decode_runs and self.decodes
                 and run_may_be_taken(self.rows, bool(self.prefilling))):
             return None
-        planned = plan_run_window(self.rows, self.layout, self.pool, self.max_run_steps,
+        planned = plan_run_window(self.rows, self.layout, self.pool,
+                                  run_window_steps(self.rows.count, self.max_run_steps),
                                   self.run_steps, self.fresh_rows)
         if planned is None:
             return None
