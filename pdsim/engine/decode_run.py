@@ -398,7 +398,9 @@ class DecodeRun:
             self.num_steps = m = max(self.reached + 1, int(ends[:m].searchsorted(
                 self.fault_in, side="right")))
         self.ends = ends[:m] + self.start_s
-        if lo:
+        if lo and self._wakeups:
+            for ev in self._wakeups.values():  # void: they wake nothing when they come
+                ev.callbacks.clear()
             self._wakeups.clear()
 
     def _finish_row(self, s: int, j: int) -> None:
