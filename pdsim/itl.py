@@ -266,7 +266,9 @@ def itl_stats(instances: list[InstanceFacts], segments: Mapping[int, list[list[i
 
 def _sorted_stats(v: np.ndarray, w: np.ndarray) -> LatencyStats:
     """The statistics of gaps ``v`` with multiplicities ``w`` (both consumed), sorted."""
-    w = _in_value_order(v, w)
+    # (up to ``_STREAM_ABOVE`` gaps a stable argsort at once; above it, where the
+    # streamed path gave way to NaNs, a range of values at a time)
+    w = _in_value_order(v, w, min_size=_STREAM_ABOVE)
     v.sort()  # the same values a stable sort gives, sorted in place
     # weights are whole numbers: their sums are exact in doubles and in integers alike
     total = float(w.sum())

@@ -94,13 +94,13 @@ MAX_ZERO_TIME_STEPS = 100_000
 # mean step time below which such a streak is called a livelock rather than a wait.
 MAX_IDLE_STEPS_CAP = 50_000_000
 MIN_REAL_STEP_S = 1e-6
-# The most steps one decode run plans (and the fresh-row look-ahead tables cover; a run
-# of many rows plans fewer, ``run_plan.run_window_steps``). A run ends where step-by-step
-# scheduling could differ or at its planned steps, and the loop plans the next one at
-# once: every run costs a plan and a commit, so longer runs mean fewer runs where rows
-# keep joining (light load: 0.44 runs a request at 128 steps, 0.20 at 512). Where a run
-# starts and stops changes no decision, only the order of the float additions of its
-# step end times (a cumulative sum from the run's start).
+# The most steps one decode run plans (a run of many rows plans fewer,
+# ``run_plan.run_window_steps``). A run ends where step-by-step scheduling could differ
+# or at its planned steps, and the loop plans the next one at once: every run costs a
+# plan and a commit, so longer runs mean fewer runs where rows keep joining (light
+# load: 0.44 runs a request at 128 steps, 0.20 at 512). Where a run starts and stops
+# changes no decision, only the order of the float additions of its step end times (a
+# cumulative sum from the run's start).
 MAX_RUN_STEPS = 512
 
 
@@ -176,7 +176,7 @@ class Instance:
         # look-aheads of requests entering decode fresh, built for blocks of requests
         self.fresh_rows = FreshRows(
             self.sampler, self.layout, self.n_spec, self.multi_module,
-            specs.prompt_tokens, specs.output_tokens, self.max_run_steps) if self.n_spec else None
+            specs.prompt_tokens, specs.output_tokens) if self.n_spec else None
         self.run_steps = np.arange(self.max_run_steps)[:, None]  # step index column
         self.run_rows = np.arange(self.rows.capacity)
         # facts: the step log, every column or only what the summary needs

@@ -207,8 +207,10 @@ class FreshRows:
     def __init__(self, sampler: AcceptanceSampler, layout: KVLayout, num_spec_tokens: int,
                  multi_module: bool, prompt_tokens: np.ndarray,
                  output_tokens: np.ndarray, width: int | None = None) -> None:
-        """``width``: the steps each look-ahead covers (default the sampler's
-        ``first_draws_width``; an instance gives the most steps its decode runs plan)."""
+        """``width``: the most steps a block's table covers (default the sampler's
+        ``first_draws_width``, 128: a light-load row of 256 output tokens finishes in about
+        100); a window longer than the table is answered for the rows that finish inside
+        it, the others are computed alone."""
         self._sampler = sampler
         self._layout = layout
         self._n = num_spec_tokens
@@ -234,8 +236,6 @@ class FreshRows:
         the row's context, output tokens left, blocks held and first step's repair; None
         when the row is not fresh, or the window is longer than the table and the row
         does not finish inside it."""
-        if steps > self.width:
-            return None
         b, r = divmod(request_id, self.block)
         tab = self._blocks.get(b)
         if tab is None:
