@@ -266,8 +266,8 @@ def itl_stats(instances: list[InstanceFacts], segments: Mapping[int, list[list[i
 
 def _sorted_stats(v: np.ndarray, w: np.ndarray) -> LatencyStats:
     """The statistics of gaps ``v`` with multiplicities ``w`` (both consumed), sorted."""
-    # (up to ``_STREAM_ABOVE`` gaps a stable argsort at once; above it, where the
-    # streamed path gave way to NaNs, a range of values at a time)
+    # (a stable argsort at once: this path takes up to ``_STREAM_ABOVE`` gaps, or gaps
+    # with a NaN, which ``_in_value_order`` argsorts at any size)
     w = _in_value_order(v, w, min_size=_STREAM_ABOVE)
     v.sort()  # the same values a stable sort gives, sorted in place
     # weights are whole numbers: their sums are exact in doubles and in integers alike

@@ -206,16 +206,16 @@ class FreshRows:
 
     def __init__(self, sampler: AcceptanceSampler, layout: KVLayout, num_spec_tokens: int,
                  multi_module: bool, prompt_tokens: np.ndarray,
-                 output_tokens: np.ndarray, width: int | None = None) -> None:
-        """``width``: the most steps a block's table covers (default the sampler's
-        ``first_draws_width``, 128: a light-load row of 256 output tokens finishes in about
-        100); a window longer than the table is answered for the rows that finish inside
-        it, the others are computed alone."""
+                 output_tokens: np.ndarray) -> None:
+        """A block's table covers at most the sampler's ``first_draws_width`` steps (128:
+        a light-load row of 256 output tokens finishes in about 100); a window longer than
+        the table is answered for the rows that finish inside it, the others are computed
+        alone."""
         self._sampler = sampler
         self._layout = layout
         self._n = num_spec_tokens
         self._multi = multi_module
-        self.width = sampler.first_draws_width if width is None else width
+        self.width = sampler.first_draws_width
         self._prompt = prompt_tokens
         self._output = output_tokens
         self._blocks: dict[int, tuple[np.ndarray, Terms, np.ndarray, np.ndarray]] = {}
