@@ -322,12 +322,13 @@ class DecodeRun:
             self._grow_columns()
         self.num_cols = col + 1
         end = first + live
-        # the column was unset (``widen_unset``): clear it, then write the row's steps
+        # the column was unset (``widen_unset``): write the row's steps and clear what is
+        # read of the rest (a commit reads a column's emitted tokens at its last step
+        # reached, which may come before its first; its draws only where it decodes)
         if row.accepted is not None:
             assert self.accepted is not None
-            self.accepted[:, col] = 0
             self.accepted[first:end, col] = row.accepted[:live]
-        self.emitted_by_step[:, col] = 0
+        self.emitted_by_step[:first, col] = 0
         self.emitted_by_step[first:end, col] = row.emitted_by_step[:live]
         self.decoding[:, col] = False
         self.decoding[first:end, col] = True
@@ -397,7 +398,9 @@ class DecodeRun:
             self.num_steps = m = max(self.reached + 1, int(ends[:m].searchsorted(
                 self.fault_in, side="right")))
         self.ends = ends[:m] + self.start_s
-        if lo:
+        if lo and self._wakeups:
+            for ev in self._wakeups.values():  # void: they wake nothing when they come
+                ev.callbacks.clear()
             self._wakeups.clear()
 
     def _finish_row(self, s: int, j: int) -> None:

@@ -101,6 +101,15 @@ def lone_fresh_row(rows: DecodeRows, fresh_rows: FreshRows, steps: int,
         return None
     assert row.accepted is not None
     live = len(row.context_at_start)
+    # the table may be shorter than the window when the row finishes inside it: nothing
+    # reads a column's draws or emitted tokens after its finishing step (its steps there
+    # are not decoding), so they are filled, not drawn
+    accepted = np.zeros((steps, 1), dtype=np.int64)
+    emitted = np.empty((steps, 1), dtype=np.int64)
+    known = min(steps, len(row.accepted))
+    accepted[:known, 0] = row.accepted[:known]
+    emitted[:known, 0] = row.emitted_by_step[:known]
+    emitted[known:, 0] = row.emitted_by_step.item(known - 1)
     decoding = step_index[:steps] < live
     context_sum = np.zeros(steps, dtype=np.int64)
     context_sum[:live] = row.context_at_start
@@ -111,8 +120,7 @@ def lone_fresh_row(rows: DecodeRows, fresh_rows: FreshRows, steps: int,
     need = np.empty((steps, 1), dtype=np.int64)
     need[:live, 0] = row.blocks_needed
     need[live:, 0] = row.blocks_needed.item(live - 1)
-    return Ahead(row.accepted.astype(np.int64)[:, None],
-                 row.emitted_by_step.astype(np.int64)[:, None], decoding, need,
+    return Ahead(accepted, emitted, decoding, need,
                  np.array([row.finish_step], dtype=np.int64), decoding[:, 0].astype(np.int64),
                  context_sum, repair)
 
@@ -121,7 +129,8 @@ class AheadRow(NamedTuple):
     """One decode row over the next steps (a row joining a run), as 1-D arrays over the
     steps it decodes (``live`` = ``len(context_at_start)``, up to and including its
     finishing step): what ``Ahead`` holds for one column, without the steps after it
-    finishes. ``accepted`` and ``emitted_by_step`` span all the steps asked for."""
+    finishes. ``accepted`` and ``emitted_by_step`` span all the steps asked for, or (from
+    the fresh-row table, when the row finishes inside it) at least its live steps."""
 
     accepted: np.ndarray | None
     emitted_by_step: np.ndarray
@@ -198,6 +207,10 @@ class FreshRows:
     def __init__(self, sampler: AcceptanceSampler, layout: KVLayout, num_spec_tokens: int,
                  multi_module: bool, prompt_tokens: np.ndarray,
                  output_tokens: np.ndarray) -> None:
+        """A block's table covers at most the sampler's ``first_draws_width`` steps (128:
+        a light-load row of 256 output tokens finishes in about 100); a window longer than
+        the table is answered for the rows that finish inside it, the others are computed
+        alone."""
         self._sampler = sampler
         self._layout = layout
         self._n = num_spec_tokens
@@ -221,9 +234,8 @@ class FreshRows:
                    repair_first: int) -> AheadRow | None:
         """``look_ahead_row`` of request ``request_id``'s row over ``steps`` steps, given
         the row's context, output tokens left, blocks held and first step's repair; None
-        when the row is not fresh (or the window is longer than the table)."""
-        if steps > self.width:
-            return None
+        when the row is not fresh, or the window is longer than the table and the row
+        does not finish inside it."""
         b, r = divmod(request_id, self.block)
         tab = self._blocks.get(b)
         if tab is None:
@@ -233,20 +245,26 @@ class FreshRows:
         accepted, t, prompt, left_fresh = tab
         if context != prompt.item(r) or left != left_fresh.item(r):
             return None
+        if steps > accepted.shape[1] and t.finish_step.item(r) >= accepted.shape[1]:
+            return None
         return cut_row(accepted, t, r, steps, held, repair_first, self._multi)
 
     def _build(self, b: int) -> tuple[np.ndarray, Terms, np.ndarray, np.ndarray]:
-        """The block's draws and terms over ``width`` steps, its prompts and output left."""
+        """The block's draws and terms over ``width`` steps, or fewer: a row emits at
+        least a token a step, so every row of the block finishes within its most output
+        tokens left (the table then answers any window); its prompts and output left."""
         lo = b * self.block
         hi = min(lo + self.block, len(self._prompt))
         prompt = self._prompt[lo:hi]
         left = self._output[lo:hi] - 1  # the first token came with the prefill
+        most_left = int(left.max())
+        width = min(self.width, max(1, most_left + 1))
         # 32-bit arithmetic when every value fits (half the memory traffic)
-        small = max(int(prompt.max()), int(left.max())) + (self.width + 2) * (self._n + 1) \
+        small = max(int(prompt.max()), most_left) + (width + 2) * (self._n + 1) \
             + 2 * self._layout.block_size < 2**31
         dtype = np.int32 if small else np.int64
-        accepted = self._sampler.first_draws_table(lo, hi - lo).astype(dtype)
+        accepted = self._sampler.first_draws_table(lo, hi - lo, width).astype(dtype)
         prompt, left = prompt.astype(dtype), left.astype(dtype)
-        terms = advance(accepted, self.width, prompt, left, self._n, self._multi,
+        terms = advance(accepted, width, prompt, left, self._n, self._multi,
                         self._layout, dtype)
         return accepted, terms, prompt, left

@@ -30,6 +30,21 @@ class RunWindow(NamedTuple):
     ahead: Ahead
 
 
+# A plan's look-ahead is (steps x rows) arrays, and a run often ends before its last
+# planned step (a row joins that it cannot follow, a prefill arrives), so few rows plan
+# long runs and many rows short ones: at most this many (steps x rows) entries, but
+# never fewer steps than ``MIN_RUN_STEPS``.
+RUN_PLAN_ENTRIES = 4096
+MIN_RUN_STEPS = 128
+
+
+def run_window_steps(num_rows: int, max_steps: int) -> int:
+    """The steps a run of ``num_rows`` rows plans (and rows joining it may extend it to):
+    ``max_steps`` for a few rows, down to ``MIN_RUN_STEPS`` (or ``max_steps`` if less) for
+    many."""
+    return min(max_steps, max(MIN_RUN_STEPS, RUN_PLAN_ENTRIES // max(1, num_rows)))
+
+
 def run_may_be_taken(rows: DecodeRows, prefilling: bool) -> bool:
     """Whether the next decode steps of a decoding instance (with decode runs on) may go
     as a decode run: it has decode rows, no prefill is in progress (its chunks would

@@ -123,13 +123,15 @@ class AcceptanceSampler:
         below: np.ndarray = asc.searchsorted(u, side="right")
         return self._n - below
 
-    def first_draws_table(self, first_id: int, count: int) -> np.ndarray:
-        """The clean-rate accepted prefix lengths of the first ``first_draws_width``
-        verifications of requests ``first_id .. first_id + count - 1``, one row each:
-        row ``i`` is ``draw_run(width, request_key(first_id + i), 0)``, computed for all
-        the requests at once."""
+    def first_draws_table(self, first_id: int, count: int, width: int | None = None
+                          ) -> np.ndarray:
+        """The clean-rate accepted prefix lengths of the first ``width`` (default
+        ``first_draws_width``) verifications of requests ``first_id .. first_id + count -
+        1``, one row each: row ``i`` is ``draw_run(width, request_key(first_id + i), 0)``,
+        computed for all the requests at once."""
         keys = self.request_keys(first_id, count)
-        return self._accepted(counter_uniform_rows(keys, self.first_draws_width), None)
+        return self._accepted(counter_uniform_rows(
+            keys, self.first_draws_width if width is None else width), None)
 
 
 def expected_tokens_per_step(conditional_rates: np.ndarray) -> float:

@@ -64,7 +64,9 @@ def test_lone_fresh_row_equals_the_general_look_ahead(path: Path) -> None:
     """A decode run of one row that entered decode fresh reads its look-ahead from the
     table (``lone_fresh_row``): on every shipped config, each request that enters decode
     alone gets the same ``Ahead`` as the general look-ahead computes (values and dtypes,
-    over a short and a full window)."""
+    over a short and a full window). The draws and emitted tokens after the row's
+    finishing step are not compared: the table stops where its rows finish, nothing reads
+    them (those steps are not decoding) and the table fills them."""
     cfg = load_config(path, small_overrides(Path(path)))
     checked = {"lone": 0}
 
@@ -82,6 +84,8 @@ def test_lone_fresh_row_equals_the_general_look_ahead(path: Path) -> None:
                     assert got is None
                     continue
                 assert got.dtype == want.dtype and got.shape == want.shape, name
+                if name in ("accepted", "emitted_by_step"):  # its live steps
+                    got, want = got[slow.decoding], want[slow.decoding]
                 np.testing.assert_array_equal(got, want, err_msg=name)
             checked["lone"] += lone is not None
 

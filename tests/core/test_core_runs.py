@@ -12,6 +12,7 @@ from core_support import CONFIGS, make_config, terminal_problems
 
 from pdsim import SimConfig, Simulation, load_config
 from pdsim.engine.connector import prefill_backoff
+from pdsim.engine.run_plan import MIN_RUN_STEPS, RUN_PLAN_ENTRIES, run_window_steps
 from pdsim.loader import read_yaml
 
 SMALL = 24
@@ -125,3 +126,18 @@ def test_every_request_ends_with_a_stated_reason(
         assert res.summary["completed"] == 16
     if case == "decode preemption":
         assert res.summary["preemptions"] > 0 and res.summary["completed"] == 16
+
+
+def test_run_window_steps_bounds_a_plans_entries() -> None:
+    """A run of few rows plans the cap; of many, at most RUN_PLAN_ENTRIES (steps x rows),
+    never under MIN_RUN_STEPS nor over the cap."""
+    cap = 512
+    assert run_window_steps(1, cap) == cap
+    assert run_window_steps(RUN_PLAN_ENTRIES // cap, cap) == cap
+    for rows in range(1, 300):
+        steps = run_window_steps(rows, cap)
+        assert MIN_RUN_STEPS <= steps <= cap
+        assert steps * rows <= RUN_PLAN_ENTRIES or steps == MIN_RUN_STEPS
+        assert steps >= run_window_steps(rows + 1, cap)  # more rows, never more steps
+    assert run_window_steps(1000, cap) == MIN_RUN_STEPS
+    assert run_window_steps(1, 64) == 64  # a cap under MIN_RUN_STEPS is kept

@@ -147,7 +147,7 @@ def test_gap_multiplicities_are_the_cumulative_sum_of_segment_edges(
 
 def test_streamed_itl_statistics_take_the_path_above_the_threshold(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """``itl_stats`` streams above ``_SORT_RANGE_MIN`` gaps and gathers at or below it."""
+    """``itl_stats`` streams above ``_STREAM_ABOVE`` gaps and gathers at or below it."""
     calls: list[int] = []
     original = itl._streamed_stats
 
@@ -159,7 +159,7 @@ def test_streamed_itl_statistics_take_the_path_above_the_threshold(
     rng = np.random.default_rng(3)
     ends = np.cumsum(rng.choice([0.0125, 0.02], 5000))
     seg = {0: [[0, 0, 4999]]}
-    monkeypatch.setattr(itl, "_SORT_RANGE_MIN", 1000)
+    monkeypatch.setattr(itl, "_STREAM_ABOVE", 1000)
     small = itl.itl_stats([_Steps(ends[:900])], {0: [[0, 0, 899]]})  # type: ignore[list-item]
     big = itl.itl_stats([_Steps(ends)], seg)  # type: ignore[list-item]
     assert calls == [4999]
