@@ -865,11 +865,13 @@ def stratified_sample(rows: Sequence[SiliconRow], n: int | None) -> list[Silicon
 
 CI_ROWS_PER_SPLIT = 10
 CI_COST_LIMIT = 300_000
-CI_MEASURED_ON = ("2026-12-02 on branch ttft4 (issue 25's fifth round: vLLM's cost per "
-                  "prompt token on the way in, its first-response delay re-fitted)")
+CI_MEASURED_ON = ("2026-12-02 on the merge of issue 25's fifth round (the recipes' admission "
+                  "rules, vLLM's cost per prompt token, prompt reuse on aiperf rows, MTP on the "
+                  "MTP recipes' rows, the hybrid MoE layout, the busiest expert-parallel "
+                  "rank's weight reads)")
 CI_MEASURED_MEAN_APE: dict[tuple[str, str], float] = {
-    ("fit", "ttft"): 32.7, ("fit", "tpot"): 6.1,
-    ("held-out", "ttft"): 29.2, ("held-out", "tpot"): 11.4,
+    ("fit", "ttft"): 33.0, ("fit", "tpot"): 9.0,
+    ("held-out", "ttft"): 28.5, ("held-out", "tpot"): 11.7,
 }
 """The CI slice's mean absolute percentage errors as measured (``CI_MEASURED_ON``) by
 scoring ``ci_slice(load_sample())`` with ``score_row``; the test fails 5 points above."""
