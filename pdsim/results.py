@@ -149,7 +149,7 @@ def summary_only(config: SimConfig) -> SimConfig:
 class RunFacts:
     """What a simulation hands over when it is finalized (``Simulation.finalize``), a
     plain value the results are built from alone: the requests' facts by column
-    (``pdsim.engine.request.RequestFacts.columns``), their output segments (``(segments,
+    (``pdsim.engine.request_facts.RequestFacts.columns``), their output segments (``(segments,
     4)`` int64 rows: request id, instance, first step, last step), the instances'
     snapshots, link samples, fault counts and the acceptance table. ``done``: every
     request had ended and the run handed its own lists and table over (no copies)."""

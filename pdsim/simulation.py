@@ -27,7 +27,8 @@ from pdsim.engine.connector import ConnectorScheduler
 from pdsim.engine.engines import Engines
 from pdsim.engine.events import EngineEnvironment
 from pdsim.engine.instance import EngineHooks, Instance
-from pdsim.engine.request import Request, RequestFacts, Status
+from pdsim.engine.request import Request, Status
+from pdsim.engine.request_facts import RequestFacts
 from pdsim.engine.router import make_router
 from pdsim.engine.transfers import make_network
 from pdsim.faults import FaultState

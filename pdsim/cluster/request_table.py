@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pdsim.engine.request import Request, RequestFacts, with_room
+from pdsim.engine.request import Request
+from pdsim.engine.request_facts import RequestFacts, with_room
 from pdsim.workload import RequestSpecs
 
 
