@@ -40,7 +40,7 @@ CPU_COST_FIELDS = ("overhead_s", "overhead_per_request_s")
 
 KERNEL_FIELDS = ("compute_efficiency", "gemm_half_tokens", "memory_efficiency",
                  "kernel_latency_s", "communication_efficiency", "collective_latency_s",
-                 "custom_allreduce_latency_s", "custom_allreduce_efficiency")
+                 "custom_allreduce_latency_s", "custom_allreduce_efficiency", "moe_pair_s")
 
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False), seconds_bound()]
@@ -245,6 +245,10 @@ class RooflineStepTimeConfig(StrictModel):
     custom_allreduce_efficiency: Efficiency = DEFAULT_KERNELS.custom_allreduce_efficiency
     """Fraction of link bandwidth the custom all-reduce reaches (default: the hardware's
     fit)."""
+    moe_pair_s: Seconds = DEFAULT_KERNELS.moe_pair_s
+    """Seconds per routed (token, expert) pair a GPU handles in a grouped MoE layer beyond
+    its expert GEMMs' roofline (routing, permutation, activation quantisation, thin-slice
+    GEMM rows, the combine; default: the hardware's fit)."""
     moe_dispatch_dtype: Literal["fp8", "bf16"] | None = None
     """Dtype of tokens dispatched to expert-parallel ranks (combine uses the activation
     dtype); null: fp8 when the experts run fp8 or 4-bit weights (DeepEP's FP8 dispatch),

@@ -30,6 +30,12 @@ from pdsim._model import StrictModel
 Efficiency = Annotated[float, Field(gt=0, le=1)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
+MOE_PAIR_S = 4.23e-8
+"""The H100 fit of the per-pair MoE cost (``tools/fit_moe_kernels.py``): AIConfigurator's
+measured DeepSeek-V3 MoE layers on H100 SXM (aiconfigurator-core 0.12.0 perf database,
+``pdsim/data/kernels/aic_moe_kernels.csv``), 72 layers of 1,024-16,384 tokens under SGLang,
+TensorRT-LLM and vLLM kernels; median error 53.2% without it, 32.0% with it."""
+
 CUSTOM_ALLREDUCE_LATENCY_S = 4.54e-6
 CUSTOM_ALLREDUCE_EFFICIENCY = 0.124
 """The custom all-reduce fit on H100 (``tools/fit_collectives.py``): SGLang PR #2904
@@ -52,6 +58,10 @@ class KernelFit(StrictModel):
     - ``custom_allreduce_latency_s``, ``custom_allreduce_efficiency``: the same for the
       one-shot / two-shot peer-memory all-reduce (vLLM, SGLang, TensorRT-LLM) engines run
       on small messages inside one node.
+    - ``moe_pair_s``: seconds per routed (token, expert) pair a GPU handles in a grouped
+      MoE layer beyond the roofline of its expert GEMMs: routing, permutation, activation
+      quantisation, the grouped GEMM's per-row work on thin expert slices, the weighted
+      combine (fitted to AIConfigurator's measured MoE layers, tools/fit_moe_kernels.py).
     - ``fitted_to``: the data the values come from; ``transferred_from`` names another
       GPU's fit when this one has no public kernel data; ``borrowed`` lists each field
       whose value is another GPU's (``pdsim show-config`` prints them).
@@ -73,6 +83,9 @@ class KernelFit(StrictModel):
     """Fixed time of one peer-memory (custom) all-reduce inside a node, in seconds."""
     custom_allreduce_efficiency: Efficiency = CUSTOM_ALLREDUCE_EFFICIENCY
     """Fraction of per-direction link bandwidth the custom all-reduce reaches."""
+    moe_pair_s: NonNegFloat = MOE_PAIR_S
+    """Seconds per routed (token, expert) pair a GPU handles in a grouped MoE layer, beyond
+    the roofline of its expert GEMMs."""
     fitted_to: str = ""
     """The data the values are fitted to."""
     transferred_from: str = ""

@@ -11,7 +11,10 @@ Operator groups of one forward pass (per GPU of the instance):
   experts touched)`` (each touched expert is a thin GEMM of its own tokens), weight bytes
   of the experts the batch touches under skewed, correlated routing
   (``pdsim.perf.routing``), both for the busiest expert-parallel rank (its excess load,
-  and the most experts one rank's share touches);
+  and the most experts one rank's share touches); plus ``moe_pair_s`` per routed
+  (token, expert) pair the GPU handles, per byte of an expert weight (routing,
+  permutation, quantisation, thin-slice GEMM rows, the combine; fitted per GPU to measured
+  MoE layers), added to the experts' compute;
 - attention, per layer group: FLOPs per (query, key) pair, KV bytes read and written;
   prefill and decode are separate kernels;
 - recurrent layers (Mamba-2, Gated DeltaNet): state-update FLOPs, state read and write
@@ -191,18 +194,24 @@ class _Stack:
         self.lm_weight_s = lm_head_rows * h * emb / tp / bw
         self.sample_s_per_row = lm_head_rows * LOGIT_BYTES * LOGIT_PASSES / tp / bw
         # per MoE group: (seconds to read every local expert, per-popularity-class log miss
-        # per token, tokens routed in the EP group / T, compute seconds per token, compute
+        # per token, tokens routed in the EP group / T, compute seconds per token (expert
+        # GEMMs and the per-pair handling of ``moe_pair_s``), compute
         # seconds per touched fraction: each touched expert's GEMM runs `half` tokens short)
         # ... and, with EP > 1, the busiest rank's excess: (z of the EP ranks, squared
         # popularity CV of a rank's experts, token-expert pairs per rank per routed token,
-        # experts per rank or hybrid group)
+        # experts per rank or hybrid group), and seconds of pair handling per token: a GPU
+        # handles every pair of its tokens when TP slices the experts, 1/EP of them when
+        # EP <= TP shards them, its rank's share (k / TP per token) when EP spans ranks;
+        # moe_pair_s is per byte of an expert weight (fp8's), so 4-bit experts pay about
+        # half and bf16 ones twice
         z = expected_max_standard_normal(ep) if ep > 1 else 0.0
+        pair_split = tp if ep > tp else ep
         self.ep_ranks = ep
         self.moe = tuple(
             (n * (e / shard) * eb * we / bw_e,
              log_miss_per_token(e, k, routing.load_cv),
              shard / tp,
-             n * 2.0 * k * eb / tp / gemm_e,
+             n * (2.0 * k * eb / tp / gemm_e + k / pair_split * cfg.moe_pair_s * we),
              n * 2.0 * eb * half * (e / shard) / gemm_e,
              z,
              routing.load_cv ** 2 * ep / e,

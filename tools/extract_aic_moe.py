@@ -1,0 +1,103 @@
+"""Extract measured grouped-MoE layer timings from AIConfigurator's perf database.
+
+Usage: python tools/extract_aic_moe.py AIC_CORE_WHEEL_OR_DIR
+
+Reads the ``moe_perf.parquet`` tables of aiconfigurator-core 0.12.0 (PyPI wheel
+``aiconfigurator_core-0.12.0-cp311-abi3-manylinux_2_28_x86_64.whl``, Apache License 2.0;
+``aiconfigurator_core/systems/data/{h100_sxm,h200_sxm,b200_sxm}/moe/{trtllm,sglang,vllm}/
+VERSION/moe_perf.parquet``: one MoE layer's kernels, routing to combine, timed on the GPU
+by AIConfigurator's collectors) and writes ``pdsim/data/kernels/aic_moe_kernels.csv``:
+DeepSeek-V3's expert shape (hidden 7168, expert intermediate 2048, top-8 of 256 experts),
+tokens balanced over the experts, experts sliced by tensor parallelism or sharded by
+expert parallelism over 4 or 8 GPUs, the dtypes pdsim prices (fp8 block-scaled, fp8,
+nvfp4, bf16). Per (GPU, backend, dtype, layout, tokens) the row keeps the fastest of the
+backend's kernels (an engine picks or autotunes its kernel; the database times several),
+from the newest version whose table has the shape. Only numbers are carried over.
+
+Needs pandas and pyarrow (not pdsim dependencies): run it in a scratch environment.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+import pandas as pd  # type: ignore[import-untyped]
+
+OUT = Path(__file__).resolve().parent.parent / "pdsim" / "data" / "kernels" / "aic_moe_kernels.csv"
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+DTYPES = {"fp8_block": "fp8", "fp8": "fp8", "nvfp4": "nvfp4", "bfloat16": "bf16"}
+SHAPE = {"hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 256}
+LAYOUTS = {(4, 1), (8, 1), (1, 4), (1, 8)}  # (moe_tp_size, moe_ep_size)
+PATH = re.compile(r"systems/data/(\w+)/moe/(\w+)/([\w.]+)/moe_perf\.parquet$")
+
+
+def _version_key(v: str) -> tuple[int | str, ...]:
+    return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.]|(?<=\d)(?=rc)", v))
+
+
+def _tables(src: Path) -> list[tuple[str, str, str, bytes]]:
+    """(system, backend, version, parquet bytes), newest version first."""
+    found: list[tuple[str, str, str, bytes]] = []
+    if src.is_dir():
+        items = [(str(p), p.read_bytes) for p in src.rglob("moe_perf.parquet")]
+    else:
+        zf = zipfile.ZipFile(src)
+        items = [(n, (lambda n=n: zf.read(n))) for n in zf.namelist()
+                 if n.endswith("moe_perf.parquet")]
+    for name, read in items:
+        m = PATH.search(name)
+        if m and m.group(1) in SYSTEMS:
+            found.append((m.group(1), m.group(2), m.group(3), read()))
+    return sorted(found, key=lambda t: (t[0], t[1], _version_key(t[2])), reverse=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    rows = []
+    done: set[tuple[str, str]] = set()
+    for system, backend, version, data in _tables(Path(argv[0])):
+        if (system, backend) in done:  # a newer version of this table had the shape
+            continue
+        df = pd.read_parquet(io.BytesIO(data))
+        if not {"distribution", "moe_dtype", *SHAPE}.issubset(df.columns):
+            continue
+        q = df[(df.distribution == "balanced") & df.moe_dtype.isin(list(DTYPES))]
+        for col, val in SHAPE.items():
+            q = q[q[col] == val]
+        layout = pd.Series([(int(t), int(e)) in LAYOUTS
+                            for t, e in zip(q.moe_tp_size, q.moe_ep_size)], index=q.index,
+                           dtype=bool)
+        q = q[layout]
+        if q.empty:
+            continue
+        best = q.groupby(["moe_dtype", "moe_tp_size", "moe_ep_size", "num_tokens"],
+                         as_index=False)["latency"].min()
+        done.add((system, backend))
+        for r in best.itertuples():
+            rows.append((SYSTEMS[system], backend, version, r.moe_dtype,
+                         DTYPES[r.moe_dtype], int(r.moe_tp_size), int(r.moe_ep_size),
+                         int(r.num_tokens), round(float(r.latency) * 1e3, 3)))
+    with OUT.open("w", newline="") as f:
+        f.write("# Source: aiconfigurator-core 0.12.0 (PyPI, Apache License 2.0), "
+                "aiconfigurator_core/systems/data/*/moe/*/*/moe_perf.parquet; extracted by "
+                "tools/extract_aic_moe.py.\n")
+        f.write("# One DeepSeek-V3 MoE layer (hidden 7168, expert intermediate 2048, top-8 of "
+                "256), balanced routing; time_us: the fastest kernel of the newest "
+                "table with the shape; numbers only.\n")
+        w = csv.writer(f)
+        w.writerow(["hardware", "backend", "version", "moe_dtype", "expert_dtype", "moe_tp",
+                    "moe_ep", "tokens", "time_us"])
+        w.writerows(rows)
+    print(f"{len(rows)} rows -> {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

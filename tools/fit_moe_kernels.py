@@ -1,0 +1,129 @@
+"""Fit each GPU's ``moe_pair_s`` to AIConfigurator's measured MoE layers.
+
+Usage: python tools/fit_moe_kernels.py [--min-tokens N]
+
+Reads ``pdsim/data/kernels/aic_moe_kernels.csv`` (made by ``tools/extract_aic_moe.py``:
+one DeepSeek-V3 MoE layer, measured by AIConfigurator on H100, H200 and B200 under
+SGLang's, TensorRT-LLM's and vLLM's kernels). For every row it prices the same layer with
+pdsim's roofline (``deepseek-v3`` on the row's GPU, its expert dtype, experts sliced over
+``moe_tp`` GPUs or sharded over ``moe_ep``) and fits, per GPU and over all three backends'
+rows of at least ``--min-tokens`` tokens (default 1024: prefill-sized batches, where the
+layer's fixed costs are small beside its work), the one ``moe_pair_s`` that minimises the
+squared log error. Prints the value for each hardware profile's ``kernels`` section and
+the median and worst |error| before (``moe_pair_s`` 0) and after, by backend and dtype.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import functools
+import math
+from pathlib import Path
+
+from pdsim.perf.base import StepBatch
+from pdsim.perf.config import RooflineStepTimeConfig
+from pdsim.perf.hardware import HardwareSpec
+from pdsim.perf.profiles import load_hardware
+from pdsim.perf.roofline import RooflineStepTime
+
+CSV = Path(__file__).resolve().parent.parent / "pdsim" / "data" / "kernels" / "aic_moe_kernels.csv"
+MODEL = "deepseek-v3"
+
+
+TOTAL_TOKEN_EP_BACKENDS = ("trtllm",)
+"""Backends whose expert-parallel rows time ``tokens`` in all (every GPU holding every
+token, as pdsim's EP = TP layout): TensorRT-LLM's reach about half of the fp8 peak there.
+SGLang's and vLLM's expert-parallel rows are 3-9x slower at the same count, as if each of
+the EP ranks brought ``tokens`` (their DP-attention collectors), so they are left out."""
+
+
+def load_rows(min_tokens: int) -> list[dict[str, str]]:
+    with CSV.open() as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    return [r for r in rows if int(r["tokens"]) >= min_tokens
+            and (r["moe_ep"] == "1" or r["backend"] in TOTAL_TOKEN_EP_BACKENDS)]
+
+
+@functools.cache
+def _roomy(name: str) -> HardwareSpec:
+    """The hardware profile with room for the whole model: an MoE layer's time does not
+    read the capacity, and DeepSeek-V3 fp8 on 4 or 8 H100s would fail the weights check."""
+    return load_hardware(name).model_copy(update={"hbm_capacity_gib": 1e4})
+
+
+def moe_layer_s(row: dict[str, str], pair_s: float) -> float:
+    """pdsim's seconds for the row's MoE layer: the step with the MoE terms less the step
+    without, over the model's MoE layers."""
+    tp = int(row["moe_tp"]) * int(row["moe_ep"])
+    cfg = RooflineStepTimeConfig(
+        kind="roofline", model=MODEL, hardware=_roomy(row["hardware"]), tensor_parallel_size=tp,
+        expert_parallel_size=int(row["moe_ep"]), weight_dtype=row["expert_dtype"],
+        expert_weight_dtype=row["expert_dtype"], moe_pair_s=pair_s)
+    st = RooflineStepTime(cfg)
+    n = int(row["tokens"])
+    batch = StepBatch(n, n * (n + 1) / 2, 0, 0, 0)
+    full = st.step_time_s(batch)
+    moe, st._target.moe = st._target.moe, ()
+    bare = st.step_time_s(batch)
+    st._target.moe = moe
+    layers = sum(b.num_layers for b in st.arch.blocks if hasattr(b.ffn, "num_experts"))
+    return (full - bare) / layers
+
+
+def fit(rows: list[dict[str, str]]) -> float:
+    """The pair cost minimising the squared log error (golden-section in log space)."""
+    meas = [float(r["time_us"]) * 1e-6 for r in rows]
+
+    def loss(log_c: float) -> float:
+        c = math.exp(log_c)
+        return sum(math.log(moe_layer_s(r, c) / m) ** 2 for r, m in zip(rows, meas))
+
+    lo, hi = math.log(1e-10), math.log(1e-6)
+    g = (math.sqrt(5) - 1) / 2
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = loss(a), loss(b)
+    for _ in range(40):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = loss(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = loss(b)
+    return math.exp((lo + hi) / 2)
+
+
+def _errors(rows: list[dict[str, str]], c: float) -> list[float]:
+    return [abs(moe_layer_s(r, c) / (float(r["time_us"]) * 1e-6) - 1) for r in rows]
+
+
+def _stats(errs: list[float]) -> str:
+    s = sorted(errs)
+    return f"median {s[len(s) // 2] * 100:5.1f}%, worst {s[-1] * 100:6.1f}%"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--min-tokens", type=int, default=1024)
+    args = ap.parse_args()
+    by_hw: dict[str, list[dict[str, str]]] = collections.defaultdict(list)
+    for r in load_rows(args.min_tokens):
+        by_hw[r["hardware"]].append(r)
+    for hw, rows in sorted(by_hw.items()):
+        c = fit(rows)
+        print(f"{hw}: moe_pair_s = {c:.3g} s ({len(rows)} layers of >= {args.min_tokens} "
+              f"tokens; before {_stats(_errors(rows, 0.0))}; after {_stats(_errors(rows, c))})")
+        groups: dict[tuple[str, str], list[dict[str, str]]] = collections.defaultdict(list)
+        for r in rows:
+            groups[(r["backend"], r["moe_dtype"])].append(r)
+        for (backend, dtype), g in sorted(groups.items()):
+            print(f"    {backend:7s} {dtype:10s} {len(g):3d} rows: before "
+                  f"{_stats(_errors(g, 0.0))}; after {_stats(_errors(g, c))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
