@@ -2,7 +2,7 @@
 
 Usage: python tools/fit_moe_kernels.py [--min-tokens N]
 
-Reads ``pdsim/data/kernels/aic_moe_kernels.csv`` (made by ``tools/extract_aic_moe.py``:
+Reads ``pdsim/data/kernels/aic_moe_kernels.csv`` (made by ``tools/extract_aic_kernels.py``:
 one DeepSeek-V3 MoE layer, measured by AIConfigurator on H100, H200 and B200 under
 SGLang's, TensorRT-LLM's and vLLM's kernels). For every row it prices the same layer with
 pdsim's roofline (``deepseek-v3`` on the row's GPU, its expert dtype, experts sliced over

@@ -189,7 +189,7 @@ the fixed-length requests arrive in bursts (they finish in adjacent decode steps
 grew by 1-8x the cost and the CI slice's TTFT error rose from 63.2% to 80.6% (fit) and
 54.2% to 94.4% (held-out): not applied (docs/validation-silicon.md, "Why TTFT is short")."""
 
-FRONTEND_LATENCY_PER_PROMPT_TOKEN_S: dict[str, float] = {"vllm": 22.5e-6}
+FRONTEND_LATENCY_PER_PROMPT_TOKEN_S: dict[str, float] = {"vllm": 12.5e-6}
 """Each backend's cost per prompt token on the way in
 (``router.frontend_latency_per_prompt_token_s``, seconds): vLLM 22.5 us, fitted jointly with
 vLLM's first-response delay (3 tokens) on the 167 vLLM fit rows of both harnesses (mean

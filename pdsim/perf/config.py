@@ -38,7 +38,8 @@ executor): the same fit found no increment over pdsim's, which it keeps (docs/st
 "Engine CPU costs: the cpu_cost_rule")."""
 CPU_COST_FIELDS = ("overhead_s", "overhead_per_request_s")
 
-KERNEL_FIELDS = ("compute_efficiency", "gemm_half_tokens", "memory_efficiency",
+KERNEL_FIELDS = ("compute_efficiency", "fp8_compute_efficiency", "fp4_compute_efficiency",
+                 "gemm_half_tokens", "memory_efficiency",
                  "kernel_latency_s", "communication_efficiency", "collective_latency_s",
                  "custom_allreduce_latency_s", "custom_allreduce_efficiency", "moe_pair_s")
 
@@ -186,7 +187,9 @@ class RooflineStepTimeConfig(StrictModel):
     The dtype fields override the model profile's. Kernel constants (``KERNEL_FIELDS``)
     default to the hardware profile's fitted ``kernels`` section (``pdsim.perf.kernels``):
     ``compute_efficiency`` and ``gemm_half_tokens`` (a GEMM of m tokens per weight, or per
-    expert, runs at ``compute_efficiency x m / (m + gemm_half_tokens)`` of the peak),
+    expert, runs at ``compute_efficiency x m / (m + gemm_half_tokens)`` of the peak;
+    ``fp8_compute_efficiency`` / ``fp4_compute_efficiency`` in place of
+    ``compute_efficiency`` for fp8 and fp4 GEMMs on chips with those peaks),
     ``memory_efficiency`` (HBM), ``kernel_latency_s`` (per kernel),
     ``communication_efficiency`` and ``collective_latency_s`` (NCCL all-reduce),
     ``custom_allreduce_latency_s`` and ``custom_allreduce_efficiency`` (the small-message
@@ -227,6 +230,12 @@ class RooflineStepTimeConfig(StrictModel):
     """Overrides the model profile's activation dtype."""
     compute_efficiency: Efficiency = DEFAULT_KERNELS.compute_efficiency
     """Fraction of the dense peak a large GEMM reaches (default: the hardware profile's fit)."""
+    fp8_compute_efficiency: Efficiency = DEFAULT_KERNELS.fp8_compute_efficiency
+    """Fraction of the fp8 dense peak a large fp8 GEMM reaches (default: the hardware's
+    fit)."""
+    fp4_compute_efficiency: Efficiency = DEFAULT_KERNELS.fp4_compute_efficiency
+    """Fraction of the fp4 dense peak a large fp4 GEMM reaches (default: the hardware's
+    fit)."""
     gemm_half_tokens: NonNegFloat = DEFAULT_KERNELS.gemm_half_tokens
     """Tokens per GEMM at which it reaches half of compute_efficiency (default: the hardware's
     fit)."""

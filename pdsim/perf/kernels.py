@@ -30,11 +30,21 @@ from pdsim._model import StrictModel
 Efficiency = Annotated[float, Field(gt=0, le=1)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
-MOE_PAIR_S = 4.23e-8
+FP8_COMPUTE_EFFICIENCY = 0.493
+"""The H100 fit of an fp8 GEMM's fraction of the fp8 peak (``tools/fit_gemm_precision.py``):
+900 prefill-sized fp8 GEMMs (per-tensor and block-scaled) AIConfigurator measured on H100
+SXM under SGLang, TensorRT-LLM and vLLM (``pdsim/data/kernels/aic_gemm_kernels.csv``);
+median error 27.2% at the bf16 efficiency, 21.3% fitted."""
+FP4_COMPUTE_EFFICIENCY = 0.337
+"""An fp4 GEMM's fraction of the fp4 peak: the B200 fit (the only GPU with an fp4 table;
+540 nvfp4 GEMMs, median error 46.6% at the bf16 efficiency, 21.2% fitted)."""
+
+MOE_PAIR_S = 3.1e-8
 """The H100 fit of the per-pair MoE cost (``tools/fit_moe_kernels.py``): AIConfigurator's
 measured DeepSeek-V3 MoE layers on H100 SXM (aiconfigurator-core 0.12.0 perf database,
 ``pdsim/data/kernels/aic_moe_kernels.csv``), 72 layers of 1,024-16,384 tokens under SGLang,
-TensorRT-LLM and vLLM kernels; median error 53.2% without it, 32.0% with it."""
+TensorRT-LLM and vLLM kernels, the fp8 GEMM efficiency fitted first; median error 36.8%
+without it, 29.1% with it."""
 
 CUSTOM_ALLREDUCE_LATENCY_S = 4.54e-6
 CUSTOM_ALLREDUCE_EFFICIENCY = 0.124
@@ -49,6 +59,11 @@ class KernelFit(StrictModel):
     """Fitted kernel constants of one GPU (the ``kernels`` section of a hardware profile).
 
     - ``compute_efficiency``: fraction of the dense peak a large GEMM reaches.
+    - ``fp8_compute_efficiency``, ``fp4_compute_efficiency``: the same for fp8 and fp4
+      GEMMs, of the chip's fp8 and fp4 peaks (low-precision GEMMs reach a smaller share of
+      their peak: scaling, narrower tiles; fitted to AIConfigurator's measured GEMMs,
+      tools/fit_gemm_precision.py); a chip without the precision runs at its bf16 peak and
+      ``compute_efficiency``.
     - ``gemm_half_tokens``: tokens per GEMM (or per expert of a grouped GEMM) at which a
       GEMM reaches half of ``compute_efficiency``.
     - ``memory_efficiency``: fraction of HBM bandwidth a weight-streaming kernel reaches.
@@ -69,6 +84,10 @@ class KernelFit(StrictModel):
 
     compute_efficiency: Efficiency
     """Fraction of the dense peak a large GEMM reaches."""
+    fp8_compute_efficiency: Efficiency = FP8_COMPUTE_EFFICIENCY
+    """Fraction of the fp8 dense peak a large fp8 GEMM reaches."""
+    fp4_compute_efficiency: Efficiency = FP4_COMPUTE_EFFICIENCY
+    """Fraction of the fp4 dense peak a large fp4 GEMM reaches."""
     gemm_half_tokens: NonNegFloat
     """Tokens per GEMM at which it reaches half of compute_efficiency."""
     memory_efficiency: Efficiency

@@ -90,6 +90,18 @@ LOGIT_BYTES = 4.0  # fp32 logits
 LOGIT_PASSES = 3.0  # written by the head, read and written by softmax / argmax
 
 
+def gemm_rate(hw: HardwareSpec, cfg: RooflineStepTimeConfig, dtype: str) -> float:
+    """FLOP/s a large GEMM of ``dtype`` weights reaches: the chip's peak for the dtype's
+    precision times that precision's fitted efficiency (bf16's where the chip lacks the
+    precision and runs it at its bf16 peak)."""
+    precision = GEMM_PRECISION[dtype]
+    if precision not in hw.dense_tflops:
+        precision = "bf16"
+    eff = {"bf16": cfg.compute_efficiency, "fp8": cfg.fp8_compute_efficiency,
+           "fp4": cfg.fp4_compute_efficiency}[precision]
+    return hw.peak_flops(precision) * eff
+
+
 def _layer_kernels(mixer: AnyMixer, ffn: AnyFFN) -> int:
     k = MIXER_KERNELS[mixer.kind] + FFN_KERNELS[ffn.kind]
     if isinstance(ffn, MoEFFN) and ffn.num_shared_experts:
@@ -136,9 +148,8 @@ class _Stack:
         shard = max(ep, tp)
         h = arch.hidden_size
         bw = hw.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
-        gemm = hw.peak_flops(GEMM_PRECISION[weight_dtype]) * cfg.compute_efficiency
-        gemm_e = (hw.peak_flops(GEMM_PRECISION[expert_dtype]) * cfg.compute_efficiency
-                  * cfg.moe_efficiency)
+        gemm = gemm_rate(hw, cfg, weight_dtype)
+        gemm_e = gemm_rate(hw, cfg, expert_dtype) * cfg.moe_efficiency
         bw_e = bw * cfg.moe_efficiency
         attn_peak = hw.peak_flops("bf16") * cfg.attention_efficiency
         w, we = DTYPE_BYTES[weight_dtype], DTYPE_BYTES[expert_dtype]
@@ -189,7 +200,7 @@ class _Stack:
         self.dense_half_tokens = half
         self.dense_weight_s = dense_params * w / bw
         emb = DTYPE_BYTES[arch.embedding_dtype]
-        lm_gemm = hw.peak_flops(GEMM_PRECISION[arch.embedding_dtype]) * cfg.compute_efficiency
+        lm_gemm = gemm_rate(hw, cfg, arch.embedding_dtype)
         self.lm_s_per_token = 2.0 * lm_head_rows * h / tp / lm_gemm
         self.lm_weight_s = lm_head_rows * h * emb / tp / bw
         self.sample_s_per_row = lm_head_rows * LOGIT_BYTES * LOGIT_PASSES / tp / bw

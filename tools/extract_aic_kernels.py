@@ -1,7 +1,14 @@
-"""Extract measured grouped-MoE layer timings from AIConfigurator's perf database.
+"""Extract measured GEMM and grouped-MoE layer timings from AIConfigurator's perf database.
 
-Usage: python tools/extract_aic_moe.py AIC_CORE_WHEEL_OR_DIR
+Usage: python tools/extract_aic_kernels.py AIC_CORE_WHEEL_OR_DIR
 
+GEMMs: the ``gemm_perf.parquet`` tables of the same database (same GPUs, backends and
+newest version per backend) for m in GEMM_TOKENS and n, k in GEMM_DIMS (prefill-sized,
+compute-bound GEMMs), bf16, fp8 (per-tensor and block-scaled) and nvfp4, the fastest
+kernel per shape, into ``pdsim/data/kernels/aic_gemm_kernels.csv``
+(``tools/fit_gemm_precision.py`` fits each GPU's per-precision efficiencies to them).
+
+MoE:
 Reads the ``moe_perf.parquet`` tables of aiconfigurator-core 0.12.0 (PyPI wheel
 ``aiconfigurator_core-0.12.0-cp311-abi3-manylinux_2_28_x86_64.whl``, Apache License 2.0;
 ``aiconfigurator_core/systems/data/{h100_sxm,h200_sxm,b200_sxm}/moe/{trtllm,sglang,vllm}/
@@ -28,9 +35,15 @@ from pathlib import Path
 
 import pandas as pd  # type: ignore[import-untyped]
 
-OUT = Path(__file__).resolve().parent.parent / "pdsim" / "data" / "kernels" / "aic_moe_kernels.csv"
+KERNELS = Path(__file__).resolve().parent.parent / "pdsim" / "data" / "kernels"
+OUT = KERNELS / "aic_moe_kernels.csv"
+GEMM_OUT = KERNELS / "aic_gemm_kernels.csv"
+GEMM_TOKENS = (1024, 2048, 4096, 8192, 16384)
+GEMM_DIMS = (1024, 2048, 4096, 7168, 8192, 16384)
+GEMM_PATH = re.compile(r"systems/data/(\w+)/gemm/(\w+)/([\w.]+)/gemm_perf\.parquet$")
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 DTYPES = {"fp8_block": "fp8", "fp8": "fp8", "nvfp4": "nvfp4", "bfloat16": "bf16"}
+GEMM_DTYPES = {"fp8_block": "fp8", "fp8": "fp8", "nvfp4": "fp4", "bfloat16": "bf16"}
 SHAPE = {"hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 256}
 LAYOUTS = {(4, 1), (8, 1), (1, 4), (1, 8)}  # (moe_tp_size, moe_ep_size)
 PATH = re.compile(r"systems/data/(\w+)/moe/(\w+)/([\w.]+)/moe_perf\.parquet$")
@@ -40,17 +53,18 @@ def _version_key(v: str) -> tuple[int | str, ...]:
     return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.]|(?<=\d)(?=rc)", v))
 
 
-def _tables(src: Path) -> list[tuple[str, str, str, bytes]]:
+def _tables(src: Path, pattern: re.Pattern[str] = PATH
+            ) -> list[tuple[str, str, str, bytes]]:
     """(system, backend, version, parquet bytes), newest version first."""
     found: list[tuple[str, str, str, bytes]] = []
+    leaf = pattern.pattern.rsplit("/", 1)[-1].replace("\\", "").rstrip("$")
     if src.is_dir():
-        items = [(str(p), p.read_bytes) for p in src.rglob("moe_perf.parquet")]
+        items = [(str(p), p.read_bytes) for p in src.rglob(leaf)]
     else:
         zf = zipfile.ZipFile(src)
-        items = [(n, (lambda n=n: zf.read(n))) for n in zf.namelist()
-                 if n.endswith("moe_perf.parquet")]
+        items = [(n, (lambda n=n: zf.read(n))) for n in zf.namelist() if n.endswith(leaf)]
     for name, read in items:
-        m = PATH.search(name)
+        m = pattern.search(name)
         if m and m.group(1) in SYSTEMS:
             found.append((m.group(1), m.group(2), m.group(3), read()))
     return sorted(found, key=lambda t: (t[0], t[1], _version_key(t[2])), reverse=True)
@@ -87,7 +101,7 @@ def main(argv: list[str]) -> int:
     with OUT.open("w", newline="") as f:
         f.write("# Source: aiconfigurator-core 0.12.0 (PyPI, Apache License 2.0), "
                 "aiconfigurator_core/systems/data/*/moe/*/*/moe_perf.parquet; extracted by "
-                "tools/extract_aic_moe.py.\n")
+                "tools/extract_aic_kernels.py.\n")
         f.write("# One DeepSeek-V3 MoE layer (hidden 7168, expert intermediate 2048, top-8 of "
                 "256), balanced routing; time_us: the fastest kernel of the newest "
                 "table with the shape; numbers only.\n")
@@ -96,6 +110,33 @@ def main(argv: list[str]) -> int:
                     "moe_ep", "tokens", "time_us"])
         w.writerows(rows)
     print(f"{len(rows)} rows -> {OUT}")
+    gemm_rows = []
+    done.clear()
+    for system, backend, version, data in _tables(Path(argv[0]), GEMM_PATH):
+        if (system, backend) in done:
+            continue
+        df = pd.read_parquet(io.BytesIO(data))
+        q = df[df.gemm_dtype.isin(list(GEMM_DTYPES)) & df.m.isin(GEMM_TOKENS)
+               & df.n.isin(GEMM_DIMS) & df.k.isin(GEMM_DIMS)]
+        if q.empty:
+            continue
+        done.add((system, backend))
+        best = q.groupby(["gemm_dtype", "m", "n", "k"], as_index=False)["latency"].min()
+        for r in best.itertuples():
+            gemm_rows.append((SYSTEMS[system], backend, version, r.gemm_dtype,
+                              GEMM_DTYPES[r.gemm_dtype], int(r.m), int(r.n), int(r.k),
+                              round(float(r.latency) * 1e3, 3)))
+    with GEMM_OUT.open("w", newline="") as f:
+        f.write("# Source: aiconfigurator-core 0.12.0 (PyPI, Apache License 2.0), "
+                "aiconfigurator_core/systems/data/*/gemm/*/*/gemm_perf.parquet; extracted by "
+                "tools/extract_aic_kernels.py.\n")
+        f.write("# One m x k by k x n GEMM; time_us: the fastest kernel of the newest table "
+                "with the shape; numbers only.\n")
+        w = csv.writer(f)
+        w.writerow(["hardware", "backend", "version", "gemm_dtype", "precision", "m", "n",
+                    "k", "time_us"])
+        w.writerows(gemm_rows)
+    print(f"{len(gemm_rows)} rows -> {GEMM_OUT}")
     return 0
 
 
