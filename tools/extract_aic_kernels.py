@@ -85,8 +85,8 @@ def main(argv: list[str]) -> int:
         q = df[(df.distribution == "balanced") & df.moe_dtype.isin(list(DTYPES))]
         for col, val in SHAPE.items():
             q = q[q[col] == val]
-        layout = pd.Series([(int(t), int(e)) in LAYOUTS
-                            for t, e in zip(q.moe_tp_size, q.moe_ep_size)], index=q.index,
+        pairs = zip(q.moe_tp_size, q.moe_ep_size, strict=True)
+        layout = pd.Series([(int(t), int(e)) in LAYOUTS for t, e in pairs], index=q.index,
                            dtype=bool)
         q = q[layout]
         if q.empty:

@@ -53,7 +53,7 @@ def fit(rows: list[dict[str, str]]) -> float:
     meas = [float(r["time_us"]) * 1e-6 for r in rows]
 
     def loss(eff: float) -> float:
-        return sum(math.log(predict_s(r, eff) / m) ** 2 for r, m in zip(rows, meas))
+        return sum(math.log(predict_s(r, eff) / m) ** 2 for r, m in zip(rows, meas, strict=True))
 
     lo, hi = 0.05, 1.0
     g = (math.sqrt(5) - 1) / 2
@@ -81,7 +81,9 @@ def main() -> int:
     for r in load_rows():
         groups[(r["hardware"], r["precision"])].append(r)
     for (hw, prec), rows in sorted(groups.items()):
-        current = getattr(load_hardware(hw).kernels, "compute_efficiency")
+        kernels = load_hardware(hw).kernels
+        assert kernels is not None
+        current = kernels.compute_efficiency
         eff = fit(rows)
         print(f"{hw} {prec}: {FIELD[prec]} = {eff:.3f} ({len(rows)} GEMMs; at "
               f"{current:.3f}: {_stats(rows, current)}; fitted: {_stats(rows, eff)})")

@@ -57,10 +57,11 @@ def moe_layer_s(row: dict[str, str], pair_s: float) -> float:
     """pdsim's seconds for the row's MoE layer: the step with the MoE terms less the step
     without, over the model's MoE layers."""
     tp = int(row["moe_tp"]) * int(row["moe_ep"])
-    cfg = RooflineStepTimeConfig(
-        kind="roofline", model=MODEL, hardware=_roomy(row["hardware"]), tensor_parallel_size=tp,
-        expert_parallel_size=int(row["moe_ep"]), weight_dtype=row["expert_dtype"],
-        expert_weight_dtype=row["expert_dtype"], moe_pair_s=pair_s)
+    cfg = RooflineStepTimeConfig.model_validate({
+        "kind": "roofline", "model": MODEL, "hardware": _roomy(row["hardware"]),
+        "tensor_parallel_size": tp, "expert_parallel_size": int(row["moe_ep"]),
+        "weight_dtype": row["expert_dtype"], "expert_weight_dtype": row["expert_dtype"],
+        "moe_pair_s": pair_s})
     st = RooflineStepTime(cfg)
     n = int(row["tokens"])
     batch = StepBatch(n, n * (n + 1) / 2, 0, 0, 0)
@@ -78,7 +79,7 @@ def fit(rows: list[dict[str, str]]) -> float:
 
     def loss(log_c: float) -> float:
         c = math.exp(log_c)
-        return sum(math.log(moe_layer_s(r, c) / m) ** 2 for r, m in zip(rows, meas))
+        return sum(math.log(moe_layer_s(r, c) / m) ** 2 for r, m in zip(rows, meas, strict=True))
 
     lo, hi = math.log(1e-10), math.log(1e-6)
     g = (math.sqrt(5) - 1) / 2

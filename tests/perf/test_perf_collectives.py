@@ -209,11 +209,44 @@ def test_hybrid_moe_layout_holds_and_reduces_like_tensor_parallel_experts() -> N
 @given(st.integers(1, 256), st.integers(1, 8192), st.integers(0, 3))
 def test_hybrid_moe_waits_for_its_busiest_group(batch: int, context: int, drafts: int) -> None:
     """Fewer, larger expert groups balance better: the step of TP8 with experts over 4
-    groups lies between TP8-sliced experts (no busiest rank) and EP8 (8 ranks)."""
+    groups lies between TP8-sliced experts (no busiest rank) and EP8 (8 ranks). The
+    per-pair handling cost is off here: it falls with the expert split (sliced experts
+    handle every pair on every GPU), the next test's property."""
     q = batch * (1 + drafts)
     b = StepBatch(0, 0.0, batch, q, batch * context)
-    sliced, hybrid, ep8 = (_model(expert_parallel_size=ep).step_time_s(b) for ep in (1, 4, 8))
+    sliced, hybrid, ep8 = (_model(expert_parallel_size=ep, moe_pair_s=0.0).step_time_s(b)
+                           for ep in (1, 4, 8))
     assert sliced <= hybrid <= ep8
+
+
+@given(st.integers(1, 16384))
+def test_moe_pair_cost_is_paid_per_pair_a_gpu_handles(tokens: int) -> None:
+    """The experts' compute grows by moe_pair_s x expert weight bytes per pair a GPU
+    handles: every pair with sliced experts, 1/EP of them when EP <= TP shards them, the
+    rank's k / TP per token when EP spans attention-DP ranks. A step grows by at most that
+    (less where the experts' weight reads bound it), and by exactly it for sliced experts
+    once a prefill makes the layer compute-bound."""
+    from pdsim.perf.architecture import DTYPE_BYTES
+
+    b = StepBatch(tokens, tokens * (tokens + 1) / 2, 0, 0, 0)
+    pair_s = 1e-8
+    for tp, ep, split in ((8, 1, 1), (8, 4, 4), (8, 8, 8), (1, 8, 1)):
+        with_cost = _model(tensor_parallel_size=tp, expert_parallel_size=ep,
+                           moe_pair_s=pair_s)
+        without = _model(tensor_parallel_size=tp, expert_parallel_size=ep, moe_pair_s=0.0)
+        moe = [blk.ffn for blk in with_cost.arch.blocks if hasattr(blk.ffn, "num_experts")]
+        layers = sum(blk.num_layers for blk in with_cost.arch.blocks
+                     if hasattr(blk.ffn, "num_experts"))
+        per_token = layers * moe[0].top_k / split * pair_s * DTYPE_BYTES["nvfp4"]
+        coeff = with_cost._target.moe[0][3] - without._target.moe[0][3]
+        assert coeff == pytest.approx(per_token, rel=1e-9)
+        grown = with_cost.step_time_s(b) - without.step_time_s(b)
+        bound = tokens * per_token
+        if with_cost._target.ep_ranks > 1:  # the busiest rank handles more than the mean
+            bound *= 4.0
+        assert -1e-12 <= grown <= bound * (1 + 1e-9)
+        if ep == 1 and tokens >= 4096:
+            assert grown == pytest.approx(tokens * per_token, rel=1e-9)
 
 
 def test_busiest_rank_reads_more_experts_while_a_step_touches_few() -> None:

@@ -108,3 +108,28 @@ def test_config_takes_the_hardware_profiles_fit_and_follows_a_hardware_change() 
     given = dict.fromkeys(KERNEL_FIELDS, 0.5)
     assert RooflineStepTimeConfig(model="llama-3.1-8b", hardware="a100-sxm",
                                   **given).kernels_from == ""
+
+
+def test_low_precision_gemms_run_at_their_own_efficiency() -> None:
+    """An fp8 or fp4 GEMM runs at the chip's peak for that precision times the profile's
+    fitted efficiency for it; a chip without the precision runs it at its bf16 peak and
+    the bf16 efficiency (4-bit weights dequantised on Hopper, fp8 on A100)."""
+    from pdsim.perf.config import RooflineStepTimeConfig
+    from pdsim.perf.roofline import gemm_rate
+
+    def rate(hw: str, dtype: str) -> tuple[float, RooflineStepTimeConfig]:
+        cfg = RooflineStepTimeConfig(model="llama-3.1-8b", hardware=hw)
+        return gemm_rate(cfg.resolved_hardware(), cfg, dtype), cfg
+
+    r, cfg = rate("b200", "nvfp4")
+    assert r == 9000e12 * cfg.fp4_compute_efficiency
+    r, cfg = rate("b200", "fp8")
+    assert r == 4500e12 * cfg.fp8_compute_efficiency
+    r, cfg = rate("h200", "nvfp4")
+    assert r == pytest.approx(989.4e12 * cfg.compute_efficiency)
+    r, cfg = rate("a100-sxm", "fp8")
+    assert r == pytest.approx(312e12 * cfg.compute_efficiency)
+    # the fitted low-precision efficiencies sit below bf16's, as the measured GEMMs do
+    b200 = load_hardware("b200").kernels
+    assert b200 is not None
+    assert b200.fp4_compute_efficiency < b200.fp8_compute_efficiency < b200.compute_efficiency
