@@ -266,8 +266,8 @@ class SimConfig(StrictModel):
             owners.insert(0, ("step_time", self.step_time))
         for path, st in owners:
             if isinstance(st, RooflineStepTimeConfig) and st.borrowed_fit:
-                out.append(f"{path}: {st.kernels_from} has no kernel fit of its own; its "
-                           f"kernel constants are borrowed ({st.borrowed_fit})")
+                out.append(f"{path}: {st.kernels_from} borrows kernel constants from another "
+                           f"GPU's fit ({st.borrowed_fit})")
         return out
 
     @property
