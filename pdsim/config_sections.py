@@ -397,17 +397,12 @@ class CacheAwareRouting(StrictModel):
 
 
 ResponseRule = Literal["pdsim", "vllm", "sglang", "trtllm"]
-RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 3, "sglang": 17, "trtllm": 12}
+RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 1, "sglang": 12, "trtllm": 10}
 """Per serving stack, the request's engine steps after the one that emitted its first
 token at which a streaming client receives its first response: none for pdsim; for vLLM,
-SGLang and TensorRT-LLM fitted to the fit rows of AIConfigurator's silicon sample whose
-deployment's stream interval is not known (AIConfigurator's own aiperf runs and the
-disaggregated rows), run without speculation, where a step emits one token (the measured
-TTFT less pdsim's, in units of the request's own inter-token time; docs/step-time.md, "The
-first response"). A deployment that streams every k iterations (TensorRT-LLM
-``stream_interval``, SGLang ``--stream-interval``) is better described by
-``first_response_delay_steps: k``: the silicon sample's rows with a known interval fit it
-with no constant (validation/silicon.py ``RECIPE_STREAM_INTERVALS``)."""
+SGLang and TensorRT-LLM fitted to the fit rows of AIConfigurator's silicon sample run
+without speculation, where a step emits one token (the measured TTFT less pdsim's, in
+units of the request's own inter-token time; docs/step-time.md, "The first response")."""
 
 
 class RouterConfig(StrictModel):

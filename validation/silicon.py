@@ -192,10 +192,8 @@ grew by 1-8x the cost and the CI slice's TTFT error rose from 63.2% to 80.6% (fi
 FRONTEND_LATENCY_PER_PROMPT_TOKEN_S: dict[str, float] = {"vllm": 12.5e-6}
 """Each backend's cost per prompt token on the way in
 (``router.frontend_latency_per_prompt_token_s``, seconds): vLLM 12.5 us, fitted jointly with
-vLLM's first-response delay (1 token: the delay of the InferenceMAX vLLM recipe, which
-streams every step, ``RECIPE_STREAM_INTERVALS``; the aiperf rows' rule was re-fitted to 3
-afterwards) on the 167 vLLM fit rows of both harnesses after the GEMM and MoE kernels were
-re-priced (mean TTFT error 28.3% at the earlier 3 tokens + 22.5
+vLLM's first-response delay (1 token) on the 167 vLLM fit rows of both harnesses after the
+GEMM and MoE kernels were re-priced (mean TTFT error 28.3% at the earlier 3 tokens + 22.5
 us -> 20.1% on the grid, 19.7% simulated); first fitted as 22.5 us with 3 tokens (25.4% ->
 19.6%; aiperf's prompt-cache hits, whose measured TTFT grows with the prompt while their
 TPOT shows no prefill, 53.3% -> 23.1%); docs/step-time.md, "A cost per prompt token on
@@ -205,8 +203,7 @@ RESPONSE_RULES: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm", "sglang": 
 """Each backend's first-response rule (``router.response_rule``): the measured TTFT ends at
 the first streamed response the client receives, which arrives some of the request's
 engine steps after its first token (pdsim.config_sections.RESPONSE_RULES, fitted on fit rows only;
-docs/validation-silicon.md, "Why TTFT is short"). Aggregated InferenceMAX rows take their
-recipe's stream interval instead (``RECIPE_STREAM_INTERVALS``, ``router``)."""
+docs/validation-silicon.md, "Why TTFT is short")."""
 
 TRTLLM_ADP_CONTEXT_WAIT_STEPS = 60
 """TensorRT-LLM's attention-DP context balance in InferenceMAX's recipes: every DeepSeek-R1
@@ -700,41 +697,17 @@ def speculative(plan: Plan) -> dict[str, Any]:
                            "rates": list(MTP_ACCEPTANCE_RATES[:plan.mtp_drafts])}}
 
 
-RECIPE_STREAM_INTERVALS: dict[tuple[str, str], int] = {
-    ("trtllm", "deepseek-v3"): 10, ("trtllm", "llama-3.1-70b"): 4,
-    ("sglang", "deepseek-v3"): 10, ("vllm", "llama-3.1-70b"): 1,
-}
-"""The stream interval (engine iterations between streamed responses) of InferenceMAX's
-single-node recipes, per backend and model profile: TensorRT-LLM DeepSeek-R1
-``stream_interval: 10`` and Llama-3.1-70B ``stream_interval: 4`` (the recipes' extra LLM
-API options, e.g. SemiAnalysisAI/InferenceX ``benchmarks/single_node/*_trt*.sh``), SGLang
-DeepSeek-R1 ``--stream-interval 10`` (its fp8 B200 recipe's later versions set 30; the fit
-rows of that recipe are best at 17, so the others' 10 is used), vLLM none (it streams every
-step). An aggregated InferenceMAX row's first response comes this many of the request's
-engine steps after its first token (``router.first_response_delay_steps``), not the
-backend's fitted rule: on fit rows the delay that minimises each group's mean TTFT error
-is the interval itself for Llama-3.1-70B on TensorRT-LLM (4) and on vLLM (1), 12 for
-SGLang DeepSeek (10) and 13 for TensorRT-LLM DeepSeek (10); nothing is fitted. The
-disaggregated InferenceMAX rows (srt-slurm recipes, their interval not read) and the aiperf
-rows keep the backend's rule (``RESPONSE_RULES``), fitted to them."""
-
-
 def router(plan: Plan) -> dict[str, Any]:
     """Round-robin routing, the backend's costs on the way in and its first-response
-    rule: an aggregated InferenceMAX row's recipe stream interval
-    (``RECIPE_STREAM_INTERVALS``), else the backend's fitted rule. The delay counts the
-    request's engine steps (as the streams it stands for, e.g. TensorRT-LLM's
-    ``stream_interval``, count iterations), so an MTP row needs no conversion: pdsim counts
-    the steps its own drafts and acceptances make."""
+    rule. The rule's delay counts the request's engine steps (as the streams it stands
+    for, e.g. TensorRT-LLM's ``stream_interval``, count iterations), so an MTP row needs
+    no conversion: pdsim counts the steps its own drafts and acceptances make."""
     rule = RESPONSE_RULES.get(plan.backend, "pdsim")
     out: dict[str, Any] = {"policy": "round_robin",
                            "frontend_latency_s": FRONTEND_LATENCY_S.get(plan.backend, 0.0),
                            "frontend_latency_per_prompt_token_s":
                                FRONTEND_LATENCY_PER_PROMPT_TOKEN_S.get(plan.backend, 0.0),
                            "response_rule": rule}
-    interval = RECIPE_STREAM_INTERVALS.get((plan.backend, plan.model))
-    if interval is not None and plan.protocol == "inferencemax" and plan.mode == "agg":
-        out["first_response_delay_steps"] = interval
     return out
 
 
@@ -896,12 +869,10 @@ CI_ROWS_PER_SPLIT = 10
 CI_COST_LIMIT = 300_000
 CI_MEASURED_ON = ("2026-12-02 on issue 25's sixth round (fp8 and fp4 GEMM efficiencies and "
                   "the per-pair MoE cost fitted to AIConfigurator's measured kernels, the "
-                  "recipes' stream intervals as the first-response delay of the aggregated "
-                  "InferenceMAX rows, the other delays and vLLM's cost per prompt token "
-                  "re-fitted)")
+                  "first-response delays and vLLM's cost per prompt token re-fitted)")
 CI_MEASURED_MEAN_APE: dict[tuple[str, str], float] = {
-    ("fit", "ttft"): 34.1, ("fit", "tpot"): 9.3,
-    ("held-out", "ttft"): 30.5, ("held-out", "tpot"): 9.0,
+    ("fit", "ttft"): 33.2, ("fit", "tpot"): 9.2,
+    ("held-out", "ttft"): 29.0, ("held-out", "tpot"): 8.4,
 }
 """The CI slice's mean absolute percentage errors as measured (``CI_MEASURED_ON``) by
 scoring ``ci_slice(load_sample())`` with ``score_row``; the test fails 5 points above."""
@@ -1207,30 +1178,19 @@ TTFT_GAP_SECTION = "\n".join((
      "model within one backend, which one delay per backend cannot follow: on TensorRT-LLM "
      "at C <= 64 (fit rows, median pdsim / measured) Llama-3.1-70B is 1.22-1.25 on H200 "
      "and B200 while DeepSeek is 0.55-0.89 on H200 and 0.74-1.04 on B200."),
-    ("- **The recipes' stream interval is the delay (2026-12-02, branch fid7).** That "
-     "split follows the recipes' stream interval (engine iterations between streamed "
-     "responses): InferenceMAX's TensorRT-LLM Llama-3.1-70B recipe sets "
-     "`stream_interval: 4`, its DeepSeek-R1 recipes 10, SGLang's DeepSeek-R1 recipes "
-     "`--stream-interval 10` (the fp8 B200 recipe's later versions 30), vLLM's none (it "
-     "streams every step). Per group of aggregated InferenceMAX fit rows, the delay that "
-     "minimises the mean TTFT error is the interval itself for TensorRT-LLM Llama-3.1-70B "
-     "(4, 144 rows) and vLLM (1, 153 rows), 12 for SGLang DeepSeek (interval 10, 192 "
-     "rows; 17 on the fp8 B200 recipe alone) and 13 for TensorRT-LLM DeepSeek (10, 216 "
-     "rows). These rows now take their recipe's interval as the delay, with no constant "
-     "(`RECIPE_STREAM_INTERVALS`); the backend's rule is re-fitted, the same way as "
-     "before, on the fit rows whose interval is not known (AIConfigurator's aiperf runs, "
-     "which leave it at the engines' default, and the disaggregated srt-slurm rows): "
-     "TensorRT-LLM 12, SGLang 17, vLLM 3. Why the first response waits for the interval "
-     "is not established: TensorRT-LLM's executor answers at the request's first decoding "
-     "iteration (`py_decoding_iter == 1` in "
-     "`tensorrt_llm/_torch/pyexecutor/py_executor.py`), so the wait is "
-     "downstream (the serving layer's detokenization and streaming of that response are "
-     "candidates the sample cannot separate). On the scores of the full run before it "
-     "(delays moved as `silicon_gap.response_ttft_ms` does), fit rows: TTFT mean 37.2% "
-     "to 35.4%, median 28.8% to 26.1%; held-out, after the choice, 36.8% to 34.5% and "
-     "31.9% to 26.2%. Simulated: fit TTFT 35.4% / 26.0%, TPOT 12.6% / 8.7% to 12.8% / "
-     "9.0% (a shorter delay leaves more of the stream inside TPOT); held-out TTFT 34.5% / "
-     "26.2%, TPOT 14.4% / 9.6% to 14.6% / 9.8%."),
+    ("- **Not the recipes' stream interval (checked, not adopted; 2026-12-02, branch "
+     "fid7).** Per group of aggregated InferenceMAX fit rows, the delay that minimises the "
+     "mean TTFT error is 4 for TensorRT-LLM Llama-3.1-70B (144 rows), 1 for vLLM (153), 12 "
+     "for SGLang DeepSeek-R1 (192; 17 on the fp8 B200 recipe alone) and 13 for "
+     "TensorRT-LLM DeepSeek-R1 (216). The recipes' stream intervals at the rows' measurement "
+     "dates (SemiAnalysisAI/InferenceX history: the Llama-3.1-70B rows were measured in "
+     "October 2025, when `benchmarks/70b_*_trt_slurm.sh` set `stream_interval: 10`, 4 only "
+     "before 2025-09-18; DeepSeek-R1 TensorRT-LLM 10; SGLang `--stream-interval` 10, 30 on "
+     "the fp8 B200 recipe; vLLM none) do not follow it: a delay equal to the interval fits "
+     "vLLM and roughly DeepSeek, but not Llama-3.1-70B (4 against 10) or SGLang fp8 on B200 "
+     "(17 against 30). Run with an interval table that took 4 for Llama-3.1-70B, it gave "
+     "held-out TTFT 34.5% mean and 26.2% median; that table misread the recipe, so it is "
+     "not used, and the per-backend delays stay."),
     ("- **Not explained.** The older TensorRT-LLM H100 dump (`source_file=` without a "
      "date): at low concurrency TTFT grows with the output length, about one completion "
      "interval (OSL x TPOT / C) per request. SGLang DeepSeek nvfp4 rows without a "
@@ -1263,9 +1223,8 @@ def render(out: Outcome, meta: Meta) -> str:
         "0-4 (fixed by the data's README); held-out rows are never used to fit, choose or "
         "tune anything and are reported apart from the fit rows. One set of constants is "
         "fitted to fit rows: each backend's first-response delay (`router.response_rule`, "
-        "\"Why TTFT is short\"; the aggregated InferenceMAX rows take their recipe's stream "
-        "interval instead, not fitted) and vLLM's cost per prompt token on the way in; "
-        "held-out rows stay out-of-sample.")
+        "\"Why TTFT is short\") and vLLM's cost per prompt token on the way in; held-out "
+        "rows stay out-of-sample.")
     add("")
     add("*Error* is the absolute percentage error |pdsim - measured| / measured of the mean "
         "TTFT and of the mean TPOT; a partition is backend x mode x system.")
@@ -1373,11 +1332,7 @@ def render(out: Outcome, meta: Meta) -> str:
         "times it); vLLM and SGLang rows preempt as pdsim's scheduler does. Engine limits "
         "as AIConfigurator's generator writes them (max tokens per step ISL + 1500, + the "
         "batch for agg; the batch for decode); no per-rank batch cap unless "
-        "the row gives one; round-robin routing; no speculation; the client's first "
-        "streamed response the backend's fitted number of the request's engine steps after "
-        "its first token, or, on an aggregated InferenceMAX row, its recipe's stream "
-        "interval (`RECIPE_STREAM_INTERVALS`: TensorRT-LLM DeepSeek-R1 10, Llama-3.1-70B "
-        "4, SGLang DeepSeek-R1 10, vLLM 1). A row whose tensor-parallel "
+        "the row gives one; round-robin routing; no speculation. A row whose tensor-parallel "
         "size does not divide the model's attention heads (DeepSeek's 128 MLA heads at TP "
         "48 or 72) is not expressible: no engine shards attention so, so the row's recorded "
         "layout is not the one that ran.")

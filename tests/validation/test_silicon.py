@@ -250,15 +250,15 @@ def test_rows_of_an_mtp_recipe_image_run_mtp(sample: list[S.SiliconRow]) -> None
     cfg = pdsim.load_config(S.build_config(plan))
     assert (cfg.speculative.method, cfg.speculative.num_speculative_tokens) == ("mtp", 3)
     assert cfg.speculative.acceptance.rates == (0.92, 0.66, 0.24)  # type: ignore[union-attr]
-    # the first-response delay is the recipe's stream interval, in engine steps: no
-    # conversion in the suite (pdsim counts the steps its drafts make)
-    interval = S.RECIPE_STREAM_INTERVALS[("trtllm", "deepseek-v3")]
-    assert cfg.router.first_response_steps == interval
+    # the first-response delay is the rule's, in engine steps: no conversion in the suite
+    assert cfg.router.response_rule == "trtllm"
+    assert cfg.router.first_response_steps == DELAY_STEPS["trtllm"]
+    assert "first_response_delay_steps" not in S.build_config(plan)["router"]
     dp = S.plan_row(_row(silicon_data_source=img, tp_size="1", attention_dp_size="8",
                          moe_tp_size="1", moe_ep_size="8", batch_size="1"))
     assert dp.mtp_drafts == 1
     assert S.build_config(dp)["speculative"]["acceptance"]["rates"] == [0.92]
-    assert S.build_config(dp)["router"]["first_response_delay_steps"] == interval
+    assert "first_response_delay_steps" not in S.build_config(dp)["router"]
     # the STP recipes' image, another backend or model, or no image: no speculation
     stp = img.replace("rc6.post3", "rc6.post2")
     for row in (_row(silicon_data_source=stp), _row(silicon_data_source=img, backend="sglang"),
@@ -266,6 +266,7 @@ def test_rows_of_an_mtp_recipe_image_run_mtp(sample: list[S.SiliconRow]) -> None
         other = S.plan_row(row)
         assert other.mtp_drafts == 0
         assert S.build_config(other)["speculative"] == {"method": "none"}
+        assert "first_response_delay_steps" not in S.build_config(other)["router"]
     # over the sample: the B200 TensorRT-LLM DeepSeek-R1 rows measured on that image
     hits = [r for r in sample if "rc6.post3" in r.fields["silicon_data_source"]]
     assert len(hits) == 88
@@ -516,24 +517,3 @@ def test_ci_slice_error_within_tolerance(sample: list[S.SiliconRow]) -> None:
             if not value <= limit:
                 failures.append(f"{split} {metric} mean error {value:.1f}% > {limit:.1f}%")
     assert not failures, failures
-
-
-def test_first_response_is_the_recipe_stream_interval_where_one_is_known() -> None:
-    """An aggregated InferenceMAX row's first response comes its recipe's stream interval
-    of engine steps after its first token; an aiperf row, or a disaggregated InferenceMAX
-    row (recipe not read), keeps the backend's fitted rule."""
-    dated = "source_file=2026-04-06.csv; silicon_concurrency=64"
-    for backend, model, path in (("trtllm", "deepseek-v3", "deepseek-ai/DeepSeek-R1"),
-                                 ("trtllm", "llama-3.1-70b", "meta-llama/Llama-3.1-70B"),
-                                 ("sglang", "deepseek-v3", "deepseek-ai/DeepSeek-R1")):
-        row = _row(silicon_data_source=dated, backend=backend, model_path=path)
-        plan = S.plan_row(row)
-        assert plan.protocol == "inferencemax" and plan.model == model
-        cfg = pdsim.load_config(S.build_config(plan))
-        assert cfg.router.first_response_steps == S.RECIPE_STREAM_INTERVALS[(backend, model)]
-    assert S.RECIPE_STREAM_INTERVALS[("trtllm", "llama-3.1-70b")] == 4
-    aiperf = S.plan_row(_row())
-    assert aiperf.protocol == "aiperf"
-    cfg = pdsim.load_config(S.build_config(aiperf))
-    assert "first_response_delay_steps" not in S.build_config(aiperf)["router"]
-    assert cfg.router.first_response_steps == DELAY_STEPS["trtllm"]
