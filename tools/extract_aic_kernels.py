@@ -53,11 +53,11 @@ def _version_key(v: str) -> tuple[int | str, ...]:
     return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.]|(?<=\d)(?=rc)", v))
 
 
-def _tables(src: Path, pattern: re.Pattern[str] = PATH
+def _tables(src: Path, leaf: str, pattern: re.Pattern[str]
             ) -> list[tuple[str, str, str, bytes]]:
-    """(system, backend, version, parquet bytes), newest version first."""
+    """(system, backend, version, parquet bytes) of every ``leaf`` table matching
+    ``pattern``, newest version first."""
     found: list[tuple[str, str, str, bytes]] = []
-    leaf = pattern.pattern.rsplit("/", 1)[-1].replace("\\", "").rstrip("$")
     if src.is_dir():
         items = [(str(p), p.read_bytes) for p in src.rglob(leaf)]
     else:
@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
         return 2
     rows = []
     done: set[tuple[str, str]] = set()
-    for system, backend, version, data in _tables(Path(argv[0])):
+    for system, backend, version, data in _tables(Path(argv[0]), "moe_perf.parquet", PATH):
         if (system, backend) in done:  # a newer version of this table had the shape
             continue
         df = pd.read_parquet(io.BytesIO(data))
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     print(f"{len(rows)} rows -> {OUT}")
     gemm_rows = []
     done.clear()
-    for system, backend, version, data in _tables(Path(argv[0]), GEMM_PATH):
+    for system, backend, version, data in _tables(Path(argv[0]), "gemm_perf.parquet", GEMM_PATH):
         if (system, backend) in done:
             continue
         df = pd.read_parquet(io.BytesIO(data))

@@ -22,6 +22,8 @@ import csv
 import math
 from pathlib import Path
 
+from fit_kernels import pattern_search
+
 from pdsim.perf.kernels import gemm_time_s
 from pdsim.perf.profiles import load_hardware
 
@@ -52,23 +54,11 @@ def predict_s(row: dict[str, str], eff: float) -> float:
 def fit(rows: list[dict[str, str]]) -> float:
     meas = [float(r["time_us"]) * 1e-6 for r in rows]
 
-    def loss(eff: float) -> float:
-        return sum(math.log(predict_s(r, eff) / m) ** 2 for r, m in zip(rows, meas, strict=True))
+    def loss(x: list[float]) -> float:
+        return sum(math.log(predict_s(r, x[0]) / m) ** 2
+                   for r, m in zip(rows, meas, strict=True))
 
-    lo, hi = 0.05, 1.0
-    g = (math.sqrt(5) - 1) / 2
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = loss(a), loss(b)
-    for _ in range(40):
-        if fa < fb:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = loss(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = loss(b)
-    return (lo + hi) / 2
+    return pattern_search(loss, [0.5], [0.05], [1.0])[0]
 
 
 def _stats(rows: list[dict[str, str]], eff: float) -> str:

@@ -22,7 +22,7 @@ from pdsim.perf.kernels import KernelFit
 from pdsim.perf.profiles import load_hardware
 
 
-def _pattern_search(loss: Callable[[list[float]], float], x0: list[float],
+def pattern_search(loss: Callable[[list[float]], float], x0: list[float],
                     lo: Sequence[float], hi: Sequence[float]) -> list[float]:
     """Coordinate search in log space with a shrinking step: deterministic and enough for
     a handful of smooth parameters."""
@@ -61,8 +61,8 @@ def _fit(hw_name: str) -> KernelFit:
     x = [0.7, 64.0, 0.85, 5.0, 20.0, 0.7]
     lo = [0.05, 0.0, 0.05, 0.0, 0.0, 0.05]
     hi = [1.0, 4096.0, 1.0, 100.0, 200.0, 1.0]
-    g = _pattern_search(lambda y: log_loss(gemm, [*y, *x[4:]]), x[:4], lo[:4], hi[:4])
-    c = _pattern_search(lambda y: log_loss(coll, [*g, *y]), x[4:], lo[4:], hi[4:])
+    g = pattern_search(lambda y: log_loss(gemm, [*y, *x[4:]]), x[:4], lo[:4], hi[:4])
+    c = pattern_search(lambda y: log_loss(coll, [*g, *y]), x[4:], lo[4:], hi[4:])
     return fit_of([*g, *c])
 
 

@@ -22,6 +22,8 @@ import functools
 import math
 from pathlib import Path
 
+from fit_kernels import pattern_search
+
 from pdsim.perf.base import StepBatch
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.perf.hardware import HardwareSpec
@@ -74,27 +76,14 @@ def moe_layer_s(row: dict[str, str], pair_s: float) -> float:
 
 
 def fit(rows: list[dict[str, str]]) -> float:
-    """The pair cost minimising the squared log error (golden-section in log space)."""
+    """The pair cost minimising the squared log error (``fit_kernels.pattern_search``)."""
     meas = [float(r["time_us"]) * 1e-6 for r in rows]
 
-    def loss(log_c: float) -> float:
-        c = math.exp(log_c)
-        return sum(math.log(moe_layer_s(r, c) / m) ** 2 for r, m in zip(rows, meas, strict=True))
+    def loss(x: list[float]) -> float:
+        return sum(math.log(moe_layer_s(r, x[0]) / m) ** 2
+                   for r, m in zip(rows, meas, strict=True))
 
-    lo, hi = math.log(1e-10), math.log(1e-6)
-    g = (math.sqrt(5) - 1) / 2
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = loss(a), loss(b)
-    for _ in range(40):
-        if fa < fb:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = loss(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = loss(b)
-    return math.exp((lo + hi) / 2)
+    return pattern_search(loss, [1e-8], [1e-10], [1e-6])[0]
 
 
 def _errors(rows: list[dict[str, str]], c: float) -> list[float]:
