@@ -1191,11 +1191,33 @@ TTFT_GAP_SECTION = "\n".join((
      "(17 against 30). Run with an interval table that took 4 for Llama-3.1-70B, it gave "
      "held-out TTFT 34.5% mean and 26.2% median; that table misread the recipe, so it is "
      "not used, and the per-backend delays stay."),
-    ("- **Not explained.** The older TensorRT-LLM H100 dump (`source_file=` without a "
-     "date): at low concurrency TTFT grows with the output length, about one completion "
-     "interval (OSL x TPOT / C) per request. SGLang DeepSeek nvfp4 rows without a "
-     "version at 5-9 s, and TensorRT-LLM disagg rows at concurrency <= 7 with 5-39 s "
-     "TTFT: the recorded layout or protocol is probably not what ran."),
+    ("- **One request in C held back for a whole request (measured, not adopted; "
+     "2026-12-02, seventh round).** The older TensorRT-LLM H100 dump (AIConfigurator's "
+     "gap-analysis runs of TensorRT-LLM 1.0.0rc3, Llama-3.1-8B, aiperf; 177 rows, 12% of "
+     "the scored rows) has a TTFT that grows with the output length. Question 3 of "
+     "`python -m validation.silicon_gap SCORES.json` fits, per concurrency, the gap "
+     "(measured - pdsim) against lifetime / C (lifetime = OSL x measured TPOT): on its fit "
+     "rows the slope is 1.07 at C 8 (21 rows, R^2 0.86), 0.89 at C 16 (24, 0.87), 0.74 at "
+     "C 32 (26, 0.48), none at C 64-128 (R^2 <= 0.07); on the InferenceMAX rows of every "
+     "backend it is 0.00 +- 0.1 with R^2 <= 0.13. A slope of 1 is what a server running "
+     "only C - 1 of the C requests would show: every round one request waits out a whole "
+     "lifetime, and the round's mean TTFT grows by a lifetime over C. Run so (TensorRT-LLM "
+     "aiperf rows capped at C - 1 running requests), the fit rows' TTFT mean error moves "
+     "61.2% -> 14.2% at C 8, 38.5% -> 17.8% at C 16, 29.1% -> 26.7% at C 32, but 30.6% -> "
+     "41.7% at C 64 (119 fit rows: mean 41.4% -> 30.5%, median 39.3% -> 21.4%; TPOT mean "
+     "+1-3 points). It is not adopted: nothing found in the sources says where the missing "
+     "slot goes (aiperf starts a request's clock when it sends it, "
+     "`credit_processor_mixin.py`, and releases its concurrency semaphore on every credit "
+     "return; TensorRT-LLM's PyExecutor admits up to `max_num_active_requests` less the "
+     "active ones; AIConfigurator's template for this version writes `max_batch_size` from "
+     "its build config, which the sample does not record, with `enable_padding: false` "
+     "and `disable_overlap_scheduler: true`), and a cap chosen because it fits would be a "
+     "knob for one dump. The fits and the experiment read fit rows only."),
+    ("- **Not explained.** The same dump at C 64-128 (TTFT 2-10x pdsim's at TP4-8, "
+     "TPOT up to 1.5x: a CPU-bound loop without overlap is one candidate). SGLang "
+     "DeepSeek nvfp4 rows without a version at 5-9 s, and TensorRT-LLM disagg rows at "
+     "concurrency <= 7 with 5-39 s TTFT: the recorded layout or protocol is probably "
+     "not what ran."),
 ))
 
 

@@ -14,6 +14,11 @@ or did not finish are left out. Two questions, from the rows themselves:
    (every column but the concurrency equal, same benchmark dump), the exponent b of
    TTFT ~ C^b, measured and pdsim's: waves (every round a burst of C prompts) give b near
    1 at high C, a constant overhead b near 0.
+3. Does the gap grow with the request's lifetime? Per benchmark protocol, backend and
+   concurrency, the least-squares line gap = a + s x (OSL x measured TPOT / C): a slope s
+   near 1 with a high R^2 is what a server holding one of the C requests back for a whole
+   request lifetime in every round would show (each round's mean TTFT grows by one
+   lifetime over C); s near 0 says the lifetime plays no part.
 
 ``--fit-response N`` scores the fit rows of the suite's stratified sample of N rows with no
 first-response delay and fits, per backend, the request's engine steps after its first
@@ -96,6 +101,44 @@ def concurrency_exponents(scores: list[dict[str, Any]], fields: dict[str, dict[s
         arr = np.array(vals)
         out.append((name, len(vals), float(np.median(arr[:, 0])), float(np.median(arr[:, 1])),
                     float(np.median(arr[:, 2]))))
+    return out
+
+
+LIFETIME_MIN_ROWS = 5
+"""Fit rows a (protocol, backend, concurrency) group needs for its lifetime line."""
+
+
+def lifetime_slopes(scores: list[dict[str, Any]], fields: dict[str, dict[str, str]]
+                    ) -> list[tuple[str, int, int, float, float, float]]:
+    """(protocol backend mode, C, rows, intercept ms, slope, R^2) of the least-squares line
+    of the TTFT gap (measured - pdsim) on a request's measured lifetime over the
+    concurrency, OSL x measured TPOT / C, per group of fit rows of one benchmark protocol,
+    backend, mode and concurrency with at least ``LIFETIME_MIN_ROWS`` rows (question 3 of
+    the module docstring)."""
+    from validation.silicon import SiliconRow, row_protocol
+
+    groups: dict[tuple[str, int], list[tuple[float, float]]] = collections.defaultdict(list)
+    for s in scores:
+        f = fields.get(s["row_id"])
+        if f is None:
+            continue
+        protocol = row_protocol(SiliconRow(f))
+        backend, mode = s["partition"].split()[:2]
+        x = s["osl"] * s["measured_tpot_ms"] / s["concurrency"]
+        groups[(f"{protocol} {backend} {mode}", s["concurrency"])].append(
+            (x, s["measured_ttft_ms"] - s["pdsim_ttft_ms"]))
+    out = []
+    for (name, c), pts in sorted(groups.items()):
+        if len(pts) < LIFETIME_MIN_ROWS:
+            continue
+        x, y = np.array(pts).T
+        if np.ptp(x) == 0:
+            continue
+        slope, intercept = np.polyfit(x, y, 1)
+        resid = y - (intercept + slope * x)
+        total = float(((y - y.mean()) ** 2).sum())
+        r2 = 1.0 - float((resid ** 2).sum()) / total if total > 0 else 1.0
+        out.append((name, c, len(pts), float(intercept), float(slope), r2))
     return out
 
 
@@ -267,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|")
     for name, n, b_meas, b_sim, ratio in concurrency_exponents(fit, fields):
         print(f"| {name} | {n} | {b_meas:.2f} | {b_sim:.2f} | {ratio:.2f} |")
+    print("\nGap = a + s x lifetime / C (lifetime = OSL x measured TPOT), per concurrency:")
+    print("| protocol backend mode | C | rows | a ms | s | R^2 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, c, n, a, slope, r2 in lifetime_slopes(fit, fields):
+        print(f"| {name} | {c} | {n} | {a:.0f} | {slope:.2f} | {r2:.2f} |")
     return 0
 
 

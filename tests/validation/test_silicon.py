@@ -394,6 +394,34 @@ def test_gap_analysis_reads_fit_rows_only() -> None:
     assert b_meas == pytest.approx(1.0) and b_sim == pytest.approx(0.0, abs=1e-12)
 
 
+def test_lifetime_slopes_find_a_gap_of_one_lifetime_per_round() -> None:
+    """Question 3 of the gap analysis: a gap of a + lifetime / C (one request of C held back
+    a whole lifetime each round) gives slope 1, per protocol and concurrency; a gap that
+    ignores the lifetime gives slope 0; groups below the minimum rows are left out."""
+    from validation import silicon_gap as G
+    fields, scores = {}, []
+    dated = "source_file=2026-04-06.csv; silicon_concurrency=8"
+    for i, osl in enumerate((128, 256, 512, 1024, 2048, 4096)):
+        for proto, src in (("aiperf", "x; silicon_concurrency=8"), ("inferencemax", dated)):
+            rid = f"{proto}{i}"
+            fields[rid] = _row(id=rid, silicon_data_source=src).fields
+            tpot = 5.0 + i
+            gap = 20.0 + (osl * tpot / 8 if proto == "aiperf" else 0.0)
+            scores.append({"row_id": rid, "split": "fit", "error": "", "preemptions": 0,
+                           "partition": "trtllm agg h100_sxm", "concurrency": 8,
+                           "osl": osl, "measured_tpot_ms": tpot,
+                           "measured_ttft_ms": 100.0 + gap, "pdsim_ttft_ms": 100.0})
+    scores.append({**scores[0], "concurrency": 16})  # a group of one row: left out
+    slopes = {name: (c, n, a, s, r2) for name, c, n, a, s, r2
+              in G.lifetime_slopes(scores, fields)}
+    assert set(slopes) == {"aiperf trtllm agg", "inferencemax trtllm agg"}
+    c, n, a, slope, r2 = slopes["aiperf trtllm agg"]
+    assert (c, n) == (8, 6)
+    assert slope == pytest.approx(1.0) and a == pytest.approx(20.0) and r2 == pytest.approx(1.0)
+    _, _, a, slope, _ = slopes["inferencemax trtllm agg"]
+    assert slope == pytest.approx(0.0, abs=1e-9) and a == pytest.approx(20.0)
+
+
 def test_no_evict_admission_caps_the_batch_at_what_the_pool_holds_whole() -> None:
     """Llama-70B fp8 on one H200 with 8192/1024 at C 256: the pool cannot hold 256 whole
     requests, so TensorRT-LLM's GUARANTEED_NO_EVICT runs fewer and pdsim never preempts."""
