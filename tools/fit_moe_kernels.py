@@ -1,6 +1,6 @@
 """Fit each GPU's ``moe_pair_s`` to AIConfigurator's measured MoE layers.
 
-Usage: python tools/fit_moe_kernels.py [--min-tokens N]
+Usage: python tools/fit_moe_kernels.py [--min-tokens N] [--by-backend]
 
 Reads ``pdsim/data/kernels/aic_moe_kernels.csv`` (made by ``tools/extract_aic_kernels.py``:
 one DeepSeek-V3 MoE layer, measured by AIConfigurator on H100, H200 and B200 under
@@ -11,6 +11,7 @@ rows of at least ``--min-tokens`` tokens (default 1024: prefill-sized batches, w
 layer's fixed costs are small beside its work), the one ``moe_pair_s`` that minimises the
 squared log error. Prints the value for each hardware profile's ``kernels`` section and
 the median and worst |error| before (``moe_pair_s`` 0) and after, by backend and dtype.
+``--by-backend`` fits one value per GPU and backend instead (each engine's own kernels).
 """
 
 from __future__ import annotations
@@ -98,10 +99,22 @@ def _stats(errs: list[float]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-tokens", type=int, default=1024)
+    ap.add_argument("--by-backend", action="store_true",
+                    help="fit one value per GPU and backend")
     args = ap.parse_args()
     by_hw: dict[str, list[dict[str, str]]] = collections.defaultdict(list)
     for r in load_rows(args.min_tokens):
         by_hw[r["hardware"]].append(r)
+    if args.by_backend:
+        for hw, rows in sorted(by_hw.items()):
+            by_backend: dict[str, list[dict[str, str]]] = collections.defaultdict(list)
+            for r in rows:
+                by_backend[r["backend"]].append(r)
+            for backend, g in sorted(by_backend.items()):
+                c = fit(g)
+                print(f"{hw} {backend}: moe_pair_s = {c:.3g} s ({len(g)} layers; before "
+                      f"{_stats(_errors(g, 0.0))}; after {_stats(_errors(g, c))})")
+        return 0
     for hw, rows in sorted(by_hw.items()):
         c = fit(rows)
         print(f"{hw}: moe_pair_s = {c:.3g} s ({len(rows)} layers of >= {args.min_tokens} "

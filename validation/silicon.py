@@ -174,6 +174,13 @@ CPU_COST_RULES: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm", "sglang": 
 fit live: docs/step-time.md, "Engine CPU costs: the cpu_cost_rule"); TensorRT-LLM's rule
 keeps pdsim's defaults."""
 
+KERNEL_RULES: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+"""Each backend's own kernels (``step_time.kernel_rule``): the MoE layers' per-pair cost
+fitted to that engine's measured MoE layers in AIConfigurator's perf database
+(``kernels.moe_pair_s_by_engine`` of the hardware profiles, tools/fit_moe_kernels.py
+``--by-backend``; docs/step-time.md, "Per-pair handling of routed tokens"), not to this
+sample."""
+
 DP_BALANCE: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm",
                               "sglang": "sglang_round_robin"}
 """Each backend's assignment of requests to attention-DP ranks (``attention_dp_balance``,
@@ -596,6 +603,8 @@ def _step_time(plan: Plan, lay: Layout) -> dict[str, Any]:
         "memory_rule": MEMORY_RULES.get(plan.backend, "pdsim")}
     if plan.backend in CPU_COST_RULES:
         st["cpu_cost_rule"] = CPU_COST_RULES[plan.backend]
+    if plan.backend in KERNEL_RULES:
+        st["kernel_rule"] = KERNEL_RULES[plan.backend]
     if plan.backend == "trtllm":
         st["free_gpu_memory_fraction"] = TRTLLM_FREE_GPU_MEMORY_FRACTION
     return st
@@ -867,11 +876,10 @@ def stratified_sample(rows: Sequence[SiliconRow], n: int | None) -> list[Silicon
 
 CI_ROWS_PER_SPLIT = 10
 CI_COST_LIMIT = 300_000
-CI_MEASURED_ON = ("2026-12-02 on issue 25's sixth round (fp8 and fp4 GEMM efficiencies and "
-                  "the per-pair MoE cost fitted to AIConfigurator's measured kernels, the "
-                  "first-response delays and vLLM's cost per prompt token re-fitted)")
+CI_MEASURED_ON = ("2026-12-02 on issue 25's seventh round (each backend's MoE layers at "
+                  "the per-pair cost fitted to its own measured MoE kernels, kernel_rule)")
 CI_MEASURED_MEAN_APE: dict[tuple[str, str], float] = {
-    ("fit", "ttft"): 33.2, ("fit", "tpot"): 9.2,
+    ("fit", "ttft"): 32.0, ("fit", "tpot"): 8.8,
     ("held-out", "ttft"): 29.0, ("held-out", "tpot"): 8.4,
 }
 """The CI slice's mean absolute percentage errors as measured (``CI_MEASURED_ON``) by
@@ -1333,7 +1341,9 @@ def render(out: Outcome, meta: Meta) -> str:
         "engine stepping together (`attention_dp_size`, docs/step-time.md; requests to ranks "
         "by the backend's balance, `attention_dp_balance`: TensorRT-LLM's, vLLM's, SGLang's "
         "round robin); `model` and `hardware` from the shipped "
-        "profiles; weight and expert dtypes from `gemm_quant_mode` / `moe_quant_mode` "
+        "profiles, the MoE layers at the backend's own kernels (`kernel_rule`: the "
+        "per-pair cost fitted to that engine's measured MoE layers, `KERNEL_RULES`, "
+        "docs/step-time.md); weight and expert dtypes from `gemm_quant_mode` / `moe_quant_mode` "
         "(fp8 and fp8_block: fp8; nvfp4; int4_wo: int4; empty: the `precision` column, else "
         "the profile's); KV cache fp8 for fp8 and nvfp4 deployments, else bf16 (the sample "
         "does not give it: AIConfigurator's fp8 and nvfp4 quant profiles, "

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from pdsim._model import StrictModel, at_most, seconds_bound
 from pdsim.perf.architecture import DType, ModelArchitecture
 from pdsim.perf.hardware import HardwareSpec
-from pdsim.perf.kernels import DEFAULT_KERNELS, KernelFit
+from pdsim.perf.kernels import DEFAULT_KERNELS, KernelFit, KernelRule
 from pdsim.perf.memory import DEFAULT_FREE_GPU_MEMORY_FRACTION, MemoryRule
 
 # CPU costs of the serving loop, fitted by tools/fit_cpu_costs.py to the validation
@@ -132,6 +132,12 @@ def _hardware_kernels(hardware: object) -> tuple[KernelFit, str] | None:
         except ValueError:
             return None
     return None
+
+
+def _rule_values(fit: KernelFit, field: str) -> set[float]:
+    """The values a kernel field takes from ``fit`` under any ``kernel_rule``."""
+    return {getattr(fit, field)} | (set(fit.moe_pair_s_by_engine.values())
+                                    if field == "moe_pair_s" else set())
 
 
 def _check_profile_name(value: object, kind: str, shipped: Sequence[str],
@@ -257,7 +263,12 @@ class RooflineStepTimeConfig(StrictModel):
     moe_pair_s: Seconds = DEFAULT_KERNELS.moe_pair_s
     """Seconds per routed (token, expert) pair a GPU handles in a grouped MoE layer beyond
     its expert GEMMs' roofline (routing, permutation, activation quantisation, thin-slice
-    GEMM rows, the combine; default: the hardware's fit)."""
+    GEMM rows, the combine; default: the hardware's fit for the kernel_rule)."""
+    kernel_rule: KernelRule = "pdsim"
+    """Whose kernels the MoE layers run: pdsim (moe_pair_s fitted over every engine's
+    measured MoE layers) or trtllm, sglang, vllm (the hardware profile's fit to that
+    engine's own layers, ``kernels.moe_pair_s_by_engine``; a profile without one for the
+    engine keeps the pdsim value); sets moe_pair_s where the config does not give it."""
     moe_dispatch_dtype: Literal["fp8", "bf16"] | None = None
     """Dtype of tokens dispatched to expert-parallel ranks (combine uses the activation
     dtype); null: fp8 when the experts run fp8 or 4-bit weights (DeepEP's FP8 dispatch),
@@ -324,12 +335,15 @@ class RooflineStepTimeConfig(StrictModel):
         if resolved is None:
             return data
         fit, label = resolved
+        rule = data.get("kernel_rule", "pdsim")
+        fit = fit.for_rule(rule) if isinstance(rule, str) else fit
         out = dict(data)
         previous = out.get("kernels_from") or ""
-        if previous and previous != label:
-            old = _profile_kernels(previous)
+        if previous:
+            # a value still holding the profile's own fit (under any rule) is re-resolved
+            old = _profile_kernels(previous) if previous != label else resolved[0]
             for f in KERNEL_FIELDS:
-                if old is not None and f in out and out[f] == getattr(old, f):
+                if old is not None and f in out and out[f] in _rule_values(old, f):
                     del out[f]
         missing = [f for f in KERNEL_FIELDS if f not in out]
         out.update({f: getattr(fit, f) for f in missing})
@@ -342,7 +356,7 @@ class RooflineStepTimeConfig(StrictModel):
         fit (or the fit it borrows), the CPU costs fitted to the validation suite, or the
         config."""
         fit = _hardware_kernels(self.hardware)
-        kernels = fit[0] if fit is not None else DEFAULT_KERNELS
+        kernels = (fit[0] if fit is not None else DEFAULT_KERNELS).for_rule(self.kernel_rule)
         if not self.kernels_from or any(getattr(self, f) != getattr(kernels, f)
                                         for f in KERNEL_FIELDS):
             kernel_src = "kernel constants set in the config"
@@ -355,6 +369,9 @@ class RooflineStepTimeConfig(StrictModel):
                           f"fit ({kernels.transferred_from})")
         else:
             kernel_src = f"kernel constants fitted to {kernels.fitted_to}"
+        if (self.kernel_rule in kernels.moe_pair_s_by_engine
+                and kernel_src != "kernel constants set in the config"):
+            kernel_src += f" (moe_pair_s: {self.kernel_rule}'s own MoE kernels)"
         cpu = (self.overhead_s, self.overhead_per_request_s, self.drafter_pass_overhead_s)
         rule = CPU_COST_RULES[self.cpu_cost_rule]
         if cpu != (*rule, DRAFTER_PASS_OVERHEAD_S):
@@ -374,7 +391,7 @@ class RooflineStepTimeConfig(StrictModel):
         fit = _hardware_kernels(self.hardware)
         if fit is None or not self.kernels_from or not fit[0].transferred_from:
             return ""
-        kernels = fit[0]
+        kernels = fit[0].for_rule(self.kernel_rule)
         names = kernels.borrowed or KERNEL_FIELDS
         values = [f"{f}={getattr(self, f):g}" for f in names
                   if f in KERNEL_FIELDS and getattr(self, f) == getattr(kernels, f)]

@@ -21,7 +21,7 @@ data). See docs/step-time.md for the fitted values and their errors.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -29,6 +29,12 @@ from pdsim._model import StrictModel
 
 Efficiency = Annotated[float, Field(gt=0, le=1)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+KernelEngine = Literal["trtllm", "sglang", "vllm"]
+"""A serving engine whose own kernels a hardware profile may have a fit for."""
+KernelRule = Literal["pdsim", "trtllm", "sglang", "vllm"]
+"""Whose kernels a roofline prices (``step_time.kernel_rule``): pdsim, the fit over every
+engine's measured kernels, or one engine's own where the profile has a fit for it."""
 
 FP8_COMPUTE_EFFICIENCY = 0.493
 """The H100 fit of an fp8 GEMM's fraction of the fp8 peak (``tools/fit_gemm_precision.py``):
@@ -77,6 +83,10 @@ class KernelFit(StrictModel):
       MoE layer beyond the roofline of its expert GEMMs: routing, permutation, activation
       quantisation, the grouped GEMM's per-row work on thin expert slices, the weighted
       combine (fitted to AIConfigurator's measured MoE layers, tools/fit_moe_kernels.py).
+    - ``moe_pair_s_by_engine``: the same, fitted to one engine's measured layers alone
+      (``tools/fit_moe_kernels.py --by-backend``): the engines run different grouped-MoE
+      kernels (TensorRT-LLM's CUTLASS path on Hopper is 4-5x SGLang's per pair); a config
+      picks one with ``step_time.kernel_rule`` (``for_rule``).
     - ``fitted_to``: the data the values come from; ``transferred_from`` names another
       GPU's fit when this one has no public kernel data; ``borrowed`` lists each field
       whose value is another GPU's (``pdsim show-config`` prints them).
@@ -105,12 +115,23 @@ class KernelFit(StrictModel):
     moe_pair_s: NonNegFloat = MOE_PAIR_S
     """Seconds per routed (token, expert) pair a GPU handles in a grouped MoE layer, beyond
     the roofline of its expert GEMMs."""
+    moe_pair_s_by_engine: dict[KernelEngine, NonNegFloat] = Field(default_factory=dict)
+    """``moe_pair_s`` fitted to each engine's own measured MoE layers (empty: no per-engine
+    data; every rule then takes ``moe_pair_s``)."""
     fitted_to: str = ""
     """The data the values are fitted to."""
     transferred_from: str = ""
     """Another GPU whose fit this one borrows, when it has no public kernel data."""
     borrowed: list[str] = Field(default_factory=list)
     """The fields whose values are another GPU's fit (transferred_from says whose)."""
+
+    def for_rule(self, rule: str) -> KernelFit:
+        """The constants a config of ``kernel_rule`` ``rule`` runs on: this fit, with the
+        engine's own ``moe_pair_s`` where the profile has one for it."""
+        engine = self.moe_pair_s_by_engine.get(rule)  # type: ignore[call-overload]
+        if engine is None or engine == self.moe_pair_s:
+            return self
+        return self.model_copy(update={"moe_pair_s": engine})
 
 
 DEFAULT_KERNELS = KernelFit(
