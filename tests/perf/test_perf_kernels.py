@@ -110,6 +110,40 @@ def test_config_takes_the_hardware_profiles_fit_and_follows_a_hardware_change() 
                                   **given).kernels_from == ""
 
 
+@pytest.mark.parametrize("hw", ["h100-sxm", "h200", "b200", "gb200"])
+def test_kernel_rule_runs_the_engines_own_moe_fit(hw: str) -> None:
+    """kernel_rule picks the engine's per-pair MoE cost from the profile (pdsim: the fit over
+    every engine); a value the config gives wins; a dumped config reloaded with another
+    rule or another hardware re-resolves it, and an MoE step grows with the per-pair cost."""
+    from pdsim.perf.base import StepBatch
+    from pdsim.perf.config import RooflineStepTimeConfig
+    from pdsim.perf.roofline import RooflineStepTime
+
+    fit = load_hardware(hw).kernels
+    assert fit is not None and set(fit.moe_pair_s_by_engine) == {"trtllm", "sglang", "vllm"}
+    base = {"model": "deepseek-v3", "hardware": hw, "tensor_parallel_size": 8,
+            "weight_dtype": "int4"}  # fits 8 GPUs of every profile
+    assert RooflineStepTimeConfig(**base).moe_pair_s == fit.moe_pair_s
+    prefill = StepBatch(8192, 8192 * 8193 / 2, 0, 0, 0)
+    steps = {}
+    for engine, value in fit.moe_pair_s_by_engine.items():
+        cfg = RooflineStepTimeConfig(**base, kernel_rule=engine)
+        assert cfg.moe_pair_s == value and cfg.kernels_from == hw
+        assert f"moe_pair_s: {engine}'s own MoE kernels" in cfg.parameter_provenance
+        steps[engine] = RooflineStepTime(cfg).step_time_s(prefill)
+        other = "sglang" if engine != "sglang" else "vllm"
+        edited = {**cfg.model_dump(mode="json"), "kernel_rule": other}
+        assert (RooflineStepTimeConfig.model_validate(edited).moe_pair_s
+                == fit.moe_pair_s_by_engine[other])
+        moved = {**cfg.model_dump(mode="json"), "hardware": "a100-sxm"}
+        a100 = load_hardware("a100-sxm").kernels
+        assert a100 is not None and not a100.moe_pair_s_by_engine  # no data: pdsim's value
+        assert RooflineStepTimeConfig.model_validate(moved).moe_pair_s == a100.moe_pair_s
+    assert RooflineStepTimeConfig(**base, kernel_rule="trtllm", moe_pair_s=1e-9).moe_pair_s == 1e-9
+    order = sorted(fit.moe_pair_s_by_engine, key=fit.moe_pair_s_by_engine.__getitem__)
+    assert [steps[e] for e in order] == sorted(steps.values())
+
+
 def test_low_precision_gemms_run_at_their_own_efficiency() -> None:
     """An fp8 or fp4 GEMM runs at the chip's peak for that precision times the profile's
     fitted efficiency for it; a chip without the precision runs it at its bf16 peak and
