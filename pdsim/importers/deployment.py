@@ -159,10 +159,11 @@ class _Importer:
             raise ConfigError(f"{where}: --tensor-parallel-size", (
                 f"{args.tensor_parallel_size} does not divide the model's {n_heads} heads "
                 f"(vLLM splits them evenly over the GPUs)"))
-        # vLLM's serving loop: its per-step and per-request CPU costs (CPU_COST_RULES)
+        # vLLM's serving loop and kernels: its per-step and per-request CPU costs
+        # (CPU_COST_RULES) and its MoE layers' per-pair cost (kernel_rule)
         st: dict[str, Any] = {"kind": "roofline", "hardware": c.hardware,
                               "tensor_parallel_size": args.tensor_parallel_size,
-                              "cpu_cost_rule": "vllm"}
+                              "cpu_cost_rule": "vllm", "kernel_rule": "vllm"}
         if args.enable_expert_parallel:
             if self.has_moe:
                 st["expert_parallel_size"] = args.tensor_parallel_size * args.data_parallel_size

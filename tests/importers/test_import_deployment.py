@@ -18,6 +18,7 @@ from pdsim.importers.deployment import RoleCommand, import_deployment
 from pdsim.importers.hf_config import read_hf_config
 from pdsim.loader import load_config
 from pdsim.perf.config import CPU_COST_RULES
+from pdsim.perf.profiles import load_hardware
 from pdsim.simulation import simulate
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -56,6 +57,10 @@ def test_deepseek_1p1d_maps_the_options(tmp_path: Path) -> None:
     assert st.cpu_cost_rule == "vllm" and "cpu_cost_rule: vllm" in (
         tmp_path / "config.yaml").read_text(encoding="utf-8")
     assert (st.overhead_s, st.overhead_per_request_s) == CPU_COST_RULES["vllm"]
+    # and vLLM's own MoE kernels (the profile's per-engine fit)
+    h200 = load_hardware("h200").kernels
+    assert h200 is not None
+    assert st.kernel_rule == "vllm" and st.moe_pair_s == h200.moe_pair_s_by_engine["vllm"]
     assert st.resolved_model().weight_dtype == "fp8"
     assert (cfg.speculative.method, cfg.speculative.num_speculative_tokens) == ("mtp", 1)
     assert cfg.model.num_mtp_modules == 1 and cfg.model.max_model_len == 163840
