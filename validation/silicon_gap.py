@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from validation.silicon import CSV_PATH, load_sample
+from validation.silicon import CSV_PATH, SiliconRow, load_sample, row_protocol
 
 LOW_CONCURRENCY = 8
 """Rows at or below this concurrency count as 'low' (queueing and waves smallest)."""
@@ -115,8 +115,6 @@ def lifetime_slopes(scores: list[dict[str, Any]], fields: dict[str, dict[str, st
     concurrency, OSL x measured TPOT / C, per group of fit rows of one benchmark protocol,
     backend, mode and concurrency with at least ``LIFETIME_MIN_ROWS`` rows (question 3 of
     the module docstring)."""
-    from validation.silicon import SiliconRow, row_protocol
-
     groups: dict[tuple[str, int], list[tuple[float, float]]] = collections.defaultdict(list)
     for s in scores:
         f = fields.get(s["row_id"])
