@@ -315,6 +315,20 @@ class SchedulerConfig(StrictModel):
     interval; until then waiting prompts are not admitted. 1: every step (vLLM,
     TensorRT-LLM, SGLang's default). An instance with an interval steps one step at a
     time (no decode runs)."""
+    batch_wait_steps: Annotated[int, Field(ge=0), at_most(
+        100_000, "a wait counted in engine steps")] = 0
+    """TensorRT-LLM's batch waiting (``batch_wait_timeout_iters``, PyExecutor
+    ``_waiting_requests``): while the engine runs decode rows, new prompts are held back
+    until this many steps have held them or the step's tokens (the prompts' tokens plus
+    1 + N per decode row) reach ``batch_wait_max_tokens_ratio x max_num_batched_tokens``;
+    the count restarts when prompts are let in. 0: off (TensorRT-LLM's default). Read only
+    on a colocated pool without attention DP (TensorRT-LLM skips it there); an instance
+    that waits steps one step at a time (no decode runs)."""
+    batch_wait_max_tokens_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """TensorRT-LLM's ``batch_wait_max_tokens_ratio``: the share of
+    ``max_num_batched_tokens`` whose scheduled tokens end a batch wait at once. 0: every
+    step reaches it, so nothing waits (as in TensorRT-LLM, where both settings must be
+    set for a wait)."""
 
 
 class ConnectorConfig(StrictModel):

@@ -245,6 +245,77 @@ def sglang_recv_interval(plan: Plan, lay: Layout) -> int:
     return iv["high"] if plan.concurrency >= iv["low_concurrency_below"] else iv["low"]
 
 
+@dataclass(frozen=True)
+class BatchWaitRecipe:
+    """An InferenceMAX TensorRT-LLM recipe that turns batch waiting on
+    (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``): agg rows of ``model``
+    in ``weight_dtypes`` on ``systems`` at ISL/OSL ``isl``/``osl``, concurrency at least
+    ``min_concurrency``, TP below ``below_tp`` (0: any), measured in [``since``,
+    ``until``] (``measured=`` of the source; an empty ``until``: still in force). The
+    recipe's ``max_num_tokens`` (which the ratio scales) is ``max_num_tokens``, or with 0
+    the DeepSeek recipes' ``max(8192, C + ISL + 64 rounded up to 64)``."""
+
+    model: str
+    systems: frozenset[str]
+    weight_dtypes: frozenset[str]
+    isl: int
+    osl: int
+    min_concurrency: int
+    below_tp: int
+    since: str
+    until: str
+    wait_steps: int
+    max_tokens_ratio: float
+    max_num_tokens: int
+
+
+BATCH_WAIT_RECIPES: tuple[BatchWaitRecipe, ...] = (
+    BatchWaitRecipe("llama-3.1-70b", frozenset({"b200", "h200"}),
+                    frozenset({"fp8", "nvfp4"}), 1024, 1024, 1, 8,
+                    "2025-09-18", "2025-10-29", 20, 0.9, 16384),
+    BatchWaitRecipe("deepseek-v3", frozenset({"b200"}), frozenset({"fp8"}), 1024, 1024,
+                    64, 0, "2026-01-29", "", 40, 0.8, 0),
+)
+"""SemiAnalysisAI/InferenceX: ``benchmarks/70b_fp{4,8}_{b200,h200}_trt_{slurm,docker}.sh``
+from 1b563c858 (2025-09-18, "Update 70B TRT To use latest container and flags") until the
+Llama-3.1-70B recipes were removed (2582bce40, 2025-10-29; the sample's TensorRT-LLM 70B
+rows were measured that day) write ``batch_wait_max_tokens_ratio: 0.9`` and
+``batch_wait_timeout_iters: 20`` "for 1k/1k" when TP < 8, with ``--max_num_tokens 16384``
+for every 70B run (image ``tensorrt-llm/release:1.1.0rc2.post2``);
+``benchmarks/dsr1_fp8_b200_trt.sh`` from ec7bafaae (2026-01-29, "Add delay batching ...
+for 1k1k high-concurrency") writes ``batch_wait_timeout_iters: 40`` and
+``batch_wait_max_tokens_ratio: 0.8`` at 1k/1k and C >= 64, with ``--max_num_tokens``
+``max(8192, (C + ISL + 64 + 63) / 64 x 64)``. TensorRT-LLM's PyExecutor skips the wait
+with attention DP (``_schedule``: ``not self.enable_attention_dp and
+self.enable_batch_waiting``), as pdsim does. Run as ``scheduler.batch_wait_steps`` and
+``batch_wait_max_tokens_ratio`` with the recipe's ``max_num_batched_tokens``
+(docs/step-time.md, "Batch waiting")."""
+
+
+def batch_wait_recipe(plan: Plan, lay: Layout) -> BatchWaitRecipe | None:
+    """The batch-waiting recipe a row's server ran (``BATCH_WAIT_RECIPES``), else None."""
+    if not (plan.backend == "trtllm" and plan.protocol == "inferencemax"
+            and plan.mode == "agg" and lay.dp == 1 and plan.measured_on):
+        return None
+    for rec in BATCH_WAIT_RECIPES:
+        if (plan.model == rec.model and plan.hardware in rec.systems
+                and plan.weight_dtype in rec.weight_dtypes
+                and (plan.isl, plan.osl) == (rec.isl, rec.osl)
+                and plan.concurrency >= rec.min_concurrency
+                and (not rec.below_tp or lay.tp < rec.below_tp)
+                and rec.since <= plan.measured_on and (not rec.until
+                                                       or plan.measured_on <= rec.until)):
+            return rec
+    return None
+
+
+def recipe_max_num_tokens(rec: BatchWaitRecipe, plan: Plan) -> int:
+    """The ``max_num_tokens`` the recipe's server ran with."""
+    if rec.max_num_tokens:
+        return rec.max_num_tokens
+    return max(8192, _round_up(plan.concurrency + plan.isl + 64, 64))
+
+
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.8
 """``kv_cache_config.free_gpu_memory_fraction`` as AIConfigurator's generator writes it
 (``backend_templates/trtllm/extra_engine_args.yaml.j2``: ``default(0.80)``)."""
@@ -291,6 +362,12 @@ Latency Boundaries: Optimizing DeepSeek-R1 Performance on NVIDIA B200 GPUs", sec
 the rates are their successive differences, as validation row
 trtllm-dsr1-b200-bs1-mtp3-speedup uses them). Measured on that blog's dataset, not on
 InferenceMAX's random prompts."""
+
+
+def measured_on(row: SiliconRow) -> str:
+    """The day a row was measured (``measured=YYYY-MM-DD...`` of its source), else ''."""
+    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.fields["silicon_data_source"])
+    return m.group(1) if m else ""
 
 
 def mtp_drafts(row: SiliconRow, attention_dp: bool) -> int:
@@ -451,6 +528,9 @@ class Plan:
     protocol: str = "aiperf"
     mtp_drafts: int = 0
     """MTP draft tokens per step where the row's recipe proves MTP ran (``MTP_RECIPES``)."""
+    measured_on: str = ""
+    """The day the row was measured (``measured=`` of its source, YYYY-MM-DD); '' if not
+    given."""
 
 
 def _dtype(quant: str, precision: str, default: str) -> str:
@@ -512,7 +592,7 @@ def plan_row(row: SiliconRow) -> Plan:
     attention_dp = any(lay.dp > 1 for lay in roles.values())
     plan = Plan(row.id, model, hardware, wd, ed, f["mode"], c, int(f["isl"]), int(f["osl"]),
                 BLOCK_TOKENS.get(f["backend"], 16), roles, f["backend"], kv,
-                row_protocol(row), mtp_drafts(row, attention_dp))
+                row_protocol(row), mtp_drafts(row, attention_dp), measured_on(row))
     for lay in roles.values():
         if not _weights_fit(plan, lay):
             raise NotExpressible(NO_FIT_REASON, f"{plan.backend} on {plan.hardware}")
@@ -634,6 +714,11 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
     recv = sglang_recv_interval(plan, lay)
     if recv > 1:
         sched["recv_interval_steps"] = recv
+    wait = batch_wait_recipe(plan, lay) if role == "colocated" else None
+    if wait is not None:
+        sched.update(max_num_batched_tokens=recipe_max_num_tokens(wait, plan),
+                     batch_wait_steps=wait.wait_steps,
+                     batch_wait_max_tokens_ratio=wait.max_tokens_ratio)
     if plan.backend == "trtllm":
         sched["max_num_seqs"] = _no_evict_seqs(plan, role, st, sched)
     group = {"count": lay.instances, "kv_cache_gib": None, "step_time": st,
@@ -1328,10 +1413,17 @@ def render(out: Outcome, meta: Meta) -> str:
         "attention-DP context balance (`attention_dp_config` `enable_balance`, "
         f"`timeout_iters` {TRTLLM_ADP_CONTEXT_WAIT_STEPS}) on the agg attention-DP rows and "
         "SGLang's `--scheduler-recv-interval` (30 at C >= 16, else 10) on the agg DeepSeek "
-        "rows on B200. Not mirrored: the recipes' other server settings (e.g. TensorRT-LLM "
-        "`max_num_tokens` max(8192, C + ISL + 64 rounded to 64) and batch waiting, "
-        "CUDA-graph batch sizes, SGLang `--max-running-requests`; the suite keeps "
-        "AIConfigurator's generator limits) and `--use-chat-template` on some recipes (the "
+        "rows on B200; TensorRT-LLM's batch waiting (`batch_wait_timeout_iters`, "
+        "`batch_wait_max_tokens_ratio`: `scheduler.batch_wait_steps`) with the recipe's "
+        "`max_num_tokens` on the agg rows whose recipe set it (`BATCH_WAIT_RECIPES`: "
+        "Llama-3.1-70B fp8/fp4 on B200 and H200 at 1k/1k and TP < 8, measured 2025-09-18 to "
+        "2025-10-29, 20 steps and 0.9 of 16,384 tokens; DeepSeek-R1 fp8 on B200 at 1k/1k "
+        "and C >= 64 from 2026-01-29, 40 steps and 0.8 of max(8192, C + ISL + 64 rounded "
+        "up to 64); never with attention DP, which TensorRT-LLM skips). Not mirrored: the "
+        "recipes' other server settings (e.g. TensorRT-LLM `max_num_tokens` where no batch "
+        "waiting reads it, CUDA-graph batch sizes, SGLang `--max-running-requests`; the "
+        "suite keeps AIConfigurator's generator limits) and `--use-chat-template` on some "
+        "recipes (the "
         "template's tokens are taken off the drawn input, so the prompt length is "
         "unchanged).")
     add("- **Deployment**: one agg instance type (`count` = attention-DP ranks, each TP "

@@ -172,8 +172,13 @@ class Instance:
         self._run_over: simpy.Event | None = None
         self.max_run_steps = MAX_RUN_STEPS
         # (a receive interval counts every step: such an instance steps one at a time)
+        # (TensorRT-LLM's batch waiting counts steps too; it runs only on a colocated
+        # engine without attention DP)
+        waits = bool(role is Role.COLOCATED and group.attention_dp_size == 1
+                     and group.scheduler.batch_wait_steps
+                     and group.scheduler.batch_wait_max_tokens_ratio)
         self.decode_runs = (cfg.engine.decode_runs == "auto"
-                            and group.scheduler.recv_interval_steps == 1)
+                            and group.scheduler.recv_interval_steps == 1 and not waits)
         self.join_room = cfg.engine.decode_run_join_room
         # look-aheads of requests entering decode fresh, built for blocks of requests
         self.fresh_rows = FreshRows(
@@ -196,7 +201,7 @@ class Instance:
         # the scheduler owns the queues; the engine's intake and loop use them directly
         self.scheduler = Scheduler(sched, role, self.kv, self.rows, self.draft,
                                    lookahead_tokens=self.lookahead, index=index,
-                                   provenance=cluster.provenance_draws)
+                                   provenance=cluster.provenance_draws, batch_wait=waits)
         self.waiting = self.scheduler.waiting
         self.receiving = self.scheduler.receiving
         self.running = self.scheduler.running

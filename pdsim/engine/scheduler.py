@@ -84,7 +84,7 @@ class Scheduler:
 
     def __init__(self, sched: SchedulerConfig, role: Role, kv: KVManager, rows: DecodeRows,
                  draft: DraftParams, *, lookahead_tokens: int = 0, index: int = 0,
-                 provenance: DrawSource | None = None) -> None:
+                 provenance: DrawSource | None = None, batch_wait: bool = False) -> None:
         self.index = index
         self.role = role
         self.kv = kv
@@ -103,6 +103,11 @@ class Scheduler:
         self.hold_prompts = False  # an attention-DP engine's context balance (dp_group)
         self.recv_interval = sched.recv_interval_steps
         self._recv_weight = self.recv_interval  # SGLang's receive counter: take at once
+        # TensorRT-LLM's batch waiting (``batch_wait``: a colocated engine without
+        # attention DP that sets both limits): the steps it has held prompts back so far
+        self.batch_wait_steps = sched.batch_wait_steps if batch_wait else 0
+        self.batch_wait_tokens = sched.batch_wait_max_tokens_ratio * self.max_num_batched_tokens
+        self._batch_waited = 0
         self.lookahead = lookahead_tokens  # the shared contract
         # queues
         self.waiting = WaitingQueue()
@@ -310,11 +315,11 @@ class Scheduler:
             # (with nothing to run the engine idles, and an idle turn takes at once)
             if self._recv_weight >= self.recv_interval or not (num_rows or chunks):
                 self._recv_weight = 0
-                if not self.hold_prompts:
+                if not (self.hold_prompts or self.waits_for_batch(budget, num_rows, chunks)):
                     self.admit(budget, num_rows, bool(chunks), now_s, chunks, padded)
             # the step planned here weighs 1 when it only decodes, else past the interval
             self._recv_weight += 1 if num_rows and not chunks else self.recv_interval
-        elif not self.hold_prompts:
+        elif not (self.hold_prompts or self.waits_for_batch(budget, num_rows, chunks)):
             self.admit(budget, num_rows, bool(chunks), now_s, chunks, padded)
         if self.prefill_first and chunks:
             num_rows = 0  # SGLang: a prefill batch runs alone; the decode rows wait
@@ -344,6 +349,36 @@ class Scheduler:
         batch = StepBatch(prefill_tokens, pairs, decode_rows, decode_rows * tokens_per_row,
                           context_sum, repair)
         return StepPlan(chunks, num_rows, batch, tuple(padded), kv_loads)
+
+    def waits_for_batch(self, budget: int, num_rows: int,
+                        chunks: list[tuple[Request, int]]) -> bool:
+        """TensorRT-LLM's batch waiting (``batch_wait_steps``, PyExecutor
+        ``_waiting_requests``): whether the step being planned (``num_rows`` decode rows,
+        ``budget`` tokens left, ``chunks`` of prompts already in it) holds the waiting
+        prompts back. Only a step with decode rows and prompts it would take waits: while
+        the held steps are fewer than ``batch_wait_steps`` and the step's tokens (each such
+        prompt's tokens and 1 + N per decode row) stay under ``batch_wait_tokens``; a
+        step that lets them in restarts the count."""
+        if not (self.batch_wait_steps and num_rows and self.waiting):
+            return False
+        # the prompts the step would take, first come first served under its limits
+        prompt_tokens = sum(req.seq_tokens for req, _ in chunks)
+        room = self.max_num_seqs - len(self.running)
+        taken = 0
+        for req in self.waiting:
+            if taken >= room or budget <= 0:
+                break
+            prompt_tokens += req.seq_tokens
+            budget -= req.seq_tokens - req.num_computed
+            taken += 1
+        if not taken:
+            return False  # no prompt fits the step: nothing to hold back
+        tokens = prompt_tokens + num_rows * (1 + self.n_spec)
+        if self._batch_waited >= self.batch_wait_steps or tokens >= self.batch_wait_tokens:
+            self._batch_waited = 0
+            return False
+        self._batch_waited += 1
+        return True
 
     def admit(self, budget: int, num_rows: int, prefill_in_step: bool, now_s: float,
               chunks: list[tuple[Request, int]], padded: list[Request] | None,

@@ -503,6 +503,43 @@ def test_trtllm_attention_dp_rows_of_inferencemax_run_the_context_balance() -> N
         pdsim.load_config(S.build_config(plan))
 
 
+_DUMP = "db-dump/2026-04-27; silicon_concurrency={c}; measured={day}T00:00:00.000Z"
+_LLAMA70 = {"model_path": "meta-llama/Llama-3.1-70B", "system": "h200_sxm",
+            "tp_size": "2", "moe_tp_size": "", "gemm_quant_mode": "fp8",
+            "moe_quant_mode": ""}
+
+
+@pytest.mark.parametrize(("over", "steps", "tokens"), [
+    ({}, 40, max(8192, -(-(64 + 1024 + 64) // 64) * 64)),  # DeepSeek fp8 B200 1k/1k C 64
+    ({"batch_size": "256", "silicon_data_source": _DUMP.format(c=256, day="2026-03-25")},
+     40, 8192),  # max(8192, ...) is 8192 up to C 7104
+    ({"silicon_data_source": _DUMP.format(c=32, day="2026-03-25"), "batch_size": "32"},
+     0, 0),  # below the recipe's C 64
+    ({"silicon_data_source": _DUMP.format(c=64, day="2026-01-20")}, 0, 0),  # before it
+    ({"osl": "8192"}, 0, 0),  # only at 1k/1k
+    ({"tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "1", "moe_ep_size": "8",
+      "batch_size": "8"}, 0, 0),  # attention DP: TensorRT-LLM skips the wait
+    ({"backend": "sglang"}, 0, 0),
+    ({**_LLAMA70, "silicon_data_source": _DUMP.format(c=16, day="2025-10-29"),
+      "batch_size": "16"}, 20, 16384),
+    ({**_LLAMA70, "tp_size": "8",
+      "silicon_data_source": _DUMP.format(c=16, day="2025-10-29")}, 0, 0),  # TP 8: none
+    ({**_LLAMA70, "silicon_data_source": _DUMP.format(c=16, day="2025-09-10")},
+     0, 0),  # before the recipe set it
+])
+def test_trtllm_batch_waiting_is_the_inferencemax_recipes(over: dict[str, str], steps: int,
+                                                         tokens: int) -> None:
+    """Batch waiting runs on the rows whose InferenceMAX recipe set it, with its limits."""
+    fields = {"silicon_data_source": _DUMP.format(c=64, day="2026-03-25"), **over}
+    plan = S.plan_row(_row(**fields))
+    sched = S.build_config(plan)["cluster"]["colocated"]["scheduler"]
+    assert sched.get("batch_wait_steps", 0) == steps
+    if steps:
+        assert sched["max_num_batched_tokens"] == tokens
+        assert 0 < sched["batch_wait_max_tokens_ratio"] <= 0.9
+    pdsim.load_config(S.build_config(plan))
+
+
 def test_aiperf_mean_weighs_the_burst_as_one_round_in_twenty() -> None:
     import numpy as np
     values = np.array([10.0, 10.0, 1.0, 1.0])  # C = 2: a burst round and one more
