@@ -411,7 +411,7 @@ class CacheAwareRouting(StrictModel):
 
 
 ResponseRule = Literal["pdsim", "vllm", "sglang", "trtllm"]
-RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 1, "sglang": 12, "trtllm": 10}
+RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 1, "sglang": 12, "trtllm": 9}
 """Per serving stack, the request's engine steps after the one that emitted its first
 token at which a streaming client receives its first response: none for pdsim; for vLLM,
 SGLang and TensorRT-LLM fitted to the fit rows of AIConfigurator's silicon sample run
