@@ -416,7 +416,9 @@ RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 1, "sglang": 12, "trtllm":
 token at which a streaming client receives its first response: none for pdsim; for vLLM,
 SGLang and TensorRT-LLM fitted to the fit rows of AIConfigurator's silicon sample run
 without speculation, where a step emits one token (the measured TTFT less pdsim's, in
-units of the request's own inter-token time; docs/step-time.md, "The first response")."""
+units of the request's own inter-token time; docs/step-time.md, "The first response").
+The engines send the first token at once, so a fitted delay stands for what pdsim does
+not model between the engine and the client, not for a stream interval."""
 
 
 class RouterConfig(StrictModel):
@@ -452,11 +454,12 @@ class RouterConfig(StrictModel):
     first_response_delay_steps: NonNegInt | None = None
     """The request's own engine steps after the one that emitted its first token at which
     the client receives its first streamed response (null: the response rule's): the
-    streams the rules stand for count engine iterations (TensorRT-LLM ``stream_interval``,
-    SGLang ``--stream-interval``), so under speculation, where a step emits several
-    tokens, the delay is that many steps, not tokens (without speculation one step emits
-    one token). TTFT ends there and TPOT is (end-to-end - TTFT) / (output tokens - 1), as
-    the benchmarks compute them."""
+    delay counts engine iterations, as the serving stacks' output paths do (TensorRT-LLM
+    ``stream_interval``, SGLang ``--stream-interval``, one step late under overlapped
+    scheduling), so under speculation, where a step emits several tokens, the delay is
+    that many steps, not tokens (without speculation one step emits one token). TTFT
+    ends there and TPOT is (end-to-end - TTFT) / (output tokens - 1), as the benchmarks
+    compute them."""
 
     @property
     def first_response_steps(self) -> int:
