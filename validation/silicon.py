@@ -303,8 +303,7 @@ def batch_wait_recipe(plan: Plan, lay: Layout) -> BatchWaitRecipe | None:
                 and (plan.isl, plan.osl) == (rec.isl, rec.osl)
                 and plan.concurrency >= rec.min_concurrency
                 and (not rec.below_tp or lay.tp < rec.below_tp)
-                and rec.since <= plan.measured_on and (not rec.until
-                                                       or plan.measured_on <= rec.until)):
+                and rec.since <= plan.measured_on <= (rec.until or "9999-12-31")):
             return rec
     return None
 
@@ -362,12 +361,6 @@ Latency Boundaries: Optimizing DeepSeek-R1 Performance on NVIDIA B200 GPUs", sec
 the rates are their successive differences, as validation row
 trtllm-dsr1-b200-bs1-mtp3-speedup uses them). Measured on that blog's dataset, not on
 InferenceMAX's random prompts."""
-
-
-def measured_on(row: SiliconRow) -> str:
-    """The day a row was measured (``measured=YYYY-MM-DD...`` of its source), else ''."""
-    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.fields["silicon_data_source"])
-    return m.group(1) if m else ""
 
 
 def mtp_drafts(row: SiliconRow, attention_dp: bool) -> int:
@@ -438,6 +431,13 @@ class SiliconRow:
             return int(m.group(1))
         bs = self.fields.get("batch_size", "")
         return int(bs) if bs.isdigit() and int(bs) > 0 else None
+
+    @property
+    def measured_on(self) -> str:
+        """The day the row was measured (``measured=YYYY-MM-DD...`` of its source), else
+        ''."""
+        m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", self.fields["silicon_data_source"])
+        return m.group(1) if m else ""
 
     @property
     def ttft_ms(self) -> float:
@@ -592,7 +592,7 @@ def plan_row(row: SiliconRow) -> Plan:
     attention_dp = any(lay.dp > 1 for lay in roles.values())
     plan = Plan(row.id, model, hardware, wd, ed, f["mode"], c, int(f["isl"]), int(f["osl"]),
                 BLOCK_TOKENS.get(f["backend"], 16), roles, f["backend"], kv,
-                row_protocol(row), mtp_drafts(row, attention_dp), measured_on(row))
+                row_protocol(row), mtp_drafts(row, attention_dp), row.measured_on)
     for lay in roles.values():
         if not _weights_fit(plan, lay):
             raise NotExpressible(NO_FIT_REASON, f"{plan.backend} on {plan.hardware}")
@@ -1288,9 +1288,10 @@ TTFT_GAP_SECTION = "\n".join((
      "Llama-3.1-8B aiperf rows, while disaggregated DeepSeek on B200 wants 2. The "
      "aggregated DeepSeek rows' extra 0.1-0.25 s a request does not grow with the prompt "
      "(B200 at C 4: about 150 ms at ISL 1024 and 8192 alike) and is absent from the same "
-     "model's disaggregated rows, so it is neither prefill pricing nor the response path; "
-     "a step that mixes a prompt into a decode batch (run without the decode's CUDA "
-     "graph) is the candidate, not yet measured."),
+     "model's disaggregated rows, so it is not prefill pricing; a step that mixes a "
+     "prompt into a decode batch (run without the decode's CUDA graph) explains at most "
+     "about 20 ms of it (the 1k/1k TPOT ratios at C 32-256 are some 8% below the "
+     "1k/8k ones), so its source is not found."),
     ("- **Not the recipes' stream interval (checked, not adopted; 2026-12-02, branch "
      "fid7).** Per group of aggregated InferenceMAX fit rows, the delay that minimises the "
      "mean TTFT error is 4 for TensorRT-LLM Llama-3.1-70B (144 rows), 1 for vLLM (153), 12 "
