@@ -721,8 +721,8 @@ def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
                      batch_wait_max_tokens_ratio=wait.max_tokens_ratio)
     if plan.backend == "trtllm":
         sched["max_num_seqs"] = _no_evict_seqs(plan, role, st, sched)
-    group = {"count": lay.instances, "kv_cache_gib": None, "step_time": st,
-             "scheduler": sched}
+    group: dict[str, Any] = {"count": lay.instances, "kv_cache_gib": None, "step_time": st,
+                             "scheduler": sched}
     if lay.dp > 1:
         group.update(attention_dp_size=lay.dp, attention_dp_balance=DP_BALANCE[plan.backend])
         if (plan.backend == "trtllm" and role == "colocated"

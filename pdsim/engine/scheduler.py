@@ -358,18 +358,28 @@ class Scheduler:
         prompts back. Only a step with decode rows and prompts it would take waits: while
         the held steps are fewer than ``batch_wait_steps`` and the step's tokens (each such
         prompt's tokens and 1 + N per decode row) stay under ``batch_wait_tokens``; a
-        step that lets them in restarts the count."""
+        step that lets them in restarts the count. The prompts counted are those ``admit``
+        would take, first come first served: under the seats, the step's tokens (a whole
+        prompt unless prefill is chunked) and the free KV blocks (prefix-cache hits not
+        credited), as TensorRT-LLM counts the context requests its schedulers took."""
         if not (self.batch_wait_steps and num_rows and self.waiting):
             return False
-        # the prompts the step would take, first come first served under its limits
         prompt_tokens = sum(req.seq_tokens for req, _ in chunks)
         room = self.max_num_seqs - len(self.running)
+        free_blocks = self.pool.num_free
         taken = 0
         for req in self.waiting:
             if taken >= room or budget <= 0:
                 break
+            n = self.chunk_tokens(req, budget)
+            if n <= 0:
+                break
+            need = self.kv.extra_blocks(req.id, self.prefill_target_tokens(req, n))
+            if need > free_blocks:
+                break
+            free_blocks -= max(need, 0)
             prompt_tokens += req.seq_tokens
-            budget -= req.seq_tokens - req.num_computed
+            budget -= n
             taken += 1
         if not taken:
             return False  # no prompt fits the step: nothing to hold back

@@ -124,3 +124,33 @@ def test_admissions_follow_the_wait_counter(monkeypatch: pytest.MonkeyPatch) -> 
 def test_every_request_ends_under_the_invariants() -> None:
     checked = run_checked(load_config(_cfg(20, 0.9, requests=50, rate=40.0, output=80)))
     assert checked.summary["completed"] == 50
+
+
+def test_a_prompt_short_of_kv_blocks_is_not_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TensorRT-LLM counts the context requests its schedulers took: a step whose head
+    prompt cannot get its KV blocks holds nothing back, so the wait count stands still
+    (KV for about two and a half requests here, so prompts often wait for blocks)."""
+    seen: list[tuple[bool, int, int]] = []  # (head fits, count before, count after)
+    original = Scheduler.schedule
+
+    def schedule(self: Scheduler, now_s: float, step: int) -> Any:
+        if self.waiting and self.rows.count:
+            head = self.waiting[0]
+            n = self.chunk_tokens(head, self.max_num_batched_tokens)
+            fits = self.kv.extra_blocks(head.id, self.prefill_target_tokens(head, n)) \
+                <= self.pool.num_free
+            before = self._batch_waited
+            plan = original(self, now_s, step)
+            seen.append((fits, before, self._batch_waited))
+            return plan
+        return original(self, now_s, step)
+
+    monkeypatch.setattr(Scheduler, "schedule", schedule)
+    cfg = _cfg(20, 1.0, requests=12, rate=30.0, output=60)
+    cfg["cluster"]["colocated"]["kv_cache_gib"] = 0.0125
+    res = Simulation(load_config(cfg)).run()
+    assert res.summary["completed"] == 12
+    blocked = [(b, a) for fits, b, a in seen if not fits]
+    assert blocked, "no step found its head prompt short of blocks"
+    assert all(after == before for before, after in blocked)
+    assert any(after == before + 1 for fits, before, after in seen if fits)
