@@ -178,6 +178,13 @@ class SimConfig(StrictModel):
         return 1 if self.speculative.enabled else 0
 
     @property
+    def first_response_steps(self) -> int:
+        """The request's engine steps after its first token at which the client receives
+        its first streamed response: the router's override, else its response rule's
+        delay for the served model's profile."""
+        return self.router.first_response_steps_for(self.model.profile)
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """KV bytes per token: target attention layers plus the drafter modules' KV (as the
         ``model`` section stores them; a pool may differ: ``kv_bytes_per_token_of``)."""

@@ -413,12 +413,35 @@ class CacheAwareRouting(StrictModel):
 ResponseRule = Literal["pdsim", "vllm", "sglang", "trtllm"]
 RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 1, "sglang": 12, "trtllm": 9}
 """Per serving stack, the request's engine steps after the one that emitted its first
-token at which a streaming client receives its first response: none for pdsim; for vLLM,
-SGLang and TensorRT-LLM fitted to the fit rows of AIConfigurator's silicon sample run
+token at which a streaming client receives its first response, for a model
+``RESPONSE_RULE_PROFILES`` does not list: none for pdsim; for vLLM, SGLang and
+TensorRT-LLM fitted to all of the stack's fit rows of AIConfigurator's silicon sample run
 without speculation, where a step emits one token (the measured TTFT less pdsim's, in
 units of the request's own inter-token time; docs/step-time.md, "The first response").
 The engines send the first token at once, so a fitted delay stands for what pdsim does
 not model between the engine and the client, not for a stream interval."""
+
+RESPONSE_RULE_PROFILES: dict[tuple[str, str], int] = {
+    ("trtllm", "deepseek-v3"): 13, ("trtllm", "llama-3.1-70b"): 3,
+    ("trtllm", "llama-3.1-8b"): 13, ("sglang", "deepseek-v3"): 12,
+    ("sglang", "llama-3.1-8b"): 15, ("vllm", "llama-3.1-70b"): 1,
+    ("vllm", "llama-3.1-8b"): 3,
+}
+"""Per serving stack and shipped model profile, the first response's delay fitted the same
+way to that model's fit rows alone: the fit rows of one stack pull apart by model
+(TensorRT-LLM: DeepSeek 13, Llama-3.1-70B 3), and a delay per stack and model carries
+better to deployments it was not fitted to than one per stack (5-fold cross-validation on
+the fit rows, folds by deployment; ``python -m validation.silicon_gap --fit-response``;
+docs/step-time.md, "The first response")."""
+
+
+def response_delay_steps(rule: str, profile: str | None) -> int:
+    """The first response's delay in engine steps for the serving stack ``rule`` serving
+    the model profile ``profile``: the profile's fitted delay where
+    ``RESPONSE_RULE_PROFILES`` has one, else the stack's (``RESPONSE_RULES``)."""
+    if profile is not None and (rule, profile) in RESPONSE_RULE_PROFILES:
+        return RESPONSE_RULE_PROFILES[(rule, profile)]
+    return RESPONSE_RULES[rule]
 
 
 class RouterConfig(StrictModel):
@@ -446,28 +469,28 @@ class RouterConfig(StrictModel):
     the GPU: the engine's steps do not pay it); TTFT and end-to-end latency include it,
     TPOT does not."""
     response_rule: ResponseRule = "pdsim"
-    """The serving stack whose first streamed response the client's TTFT ends at
-    (``RESPONSE_RULES``): pdsim (the engine's first token), vllm, sglang or trtllm (the
-    first response arrives that many of the request's engine steps after the one that
-    emitted its first token, fitted to the silicon sample's fit rows; docs/step-time.md,
-    "The first response")."""
+    """The serving stack whose first streamed response the client's TTFT ends at: pdsim
+    (the engine's first token), vllm, sglang or trtllm (the first response arrives that
+    many of the request's engine steps after the one that emitted its first token, fitted
+    per stack and model profile to the silicon sample's fit rows, ``RESPONSE_RULE_PROFILES``,
+    else per stack, ``RESPONSE_RULES``; docs/step-time.md, "The first response")."""
     first_response_delay_steps: NonNegInt | None = None
     """The request's own engine steps after the one that emitted its first token at which
-    the client receives its first streamed response (null: the response rule's): the
-    delay counts engine iterations, as the serving stacks' output paths do (TensorRT-LLM
-    ``stream_interval``, SGLang ``--stream-interval``, one step late under overlapped
-    scheduling), so under speculation, where a step emits several tokens, the delay is
-    that many steps, not tokens (without speculation one step emits one token). TTFT
-    ends there and TPOT is (end-to-end - TTFT) / (output tokens - 1), as the benchmarks
-    compute them."""
+    the client receives its first streamed response (null: the response rule's for the
+    served model): the delay counts engine iterations, as the serving stacks' output paths
+    do (TensorRT-LLM ``stream_interval``, SGLang ``--stream-interval``, one step late under
+    overlapped scheduling), so under speculation, where a step emits several tokens, the
+    delay is that many steps, not tokens (without speculation one step emits one token).
+    TTFT ends there and TPOT is (end-to-end - TTFT) / (output tokens - 1), as the
+    benchmarks compute them."""
 
-    @property
-    def first_response_steps(self) -> int:
-        """The first response's delay in the request's engine steps: the explicit value,
-        else the response rule's."""
+    def first_response_steps_for(self, profile: str | None) -> int:
+        """The first response's delay in the request's engine steps when the served model
+        is the profile ``profile``: the explicit value, else the response rule's
+        (``response_delay_steps``). ``SimConfig.first_response_steps`` asks it."""
         if self.first_response_delay_steps is not None:
             return self.first_response_delay_steps
-        return RESPONSE_RULES[self.response_rule]
+        return response_delay_steps(self.response_rule, profile)
 
 
 class SLOConfig(StrictModel):

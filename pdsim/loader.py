@@ -432,8 +432,8 @@ def derived_values(cfg: SimConfig) -> dict[str, Any]:
         "has_mamba": cfg.model.has_mamba,
     }
     out["step_time_parameters"] = cfg.step_time.parameter_provenance
-    if cfg.router.first_response_steps:  # what the response rule (or the override) gives
-        out["router.first_response_steps"] = cfg.router.first_response_steps
+    if cfg.first_response_steps:  # what the response rule (or the override) gives
+        out["first_response_steps"] = cfg.first_response_steps
     if cfg.stale_kv_provenance:
         out["stale_kv_parameters"] = cfg.stale_kv_provenance
     for pool in cfg.cluster.pools():

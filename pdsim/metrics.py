@@ -3,7 +3,7 @@
 Pure functions of the per-request records and the instances' step facts:
 
 - TTFT: arrival to the client's first streamed response (the first output chunk, or
-  ``router.first_response_steps`` of the request's engine steps later:
+  ``SimConfig.first_response_steps`` of the request's engine steps later:
   ``results.first_response_s``); E2E: arrival to
   the last chunk.
 - TPOT: ``(E2E - TTFT) / (output_tokens - 1)`` per request with more than one token.

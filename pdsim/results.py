@@ -168,7 +168,7 @@ def first_response_s(first_token_s: np.ndarray, finish_s: np.ndarray,
                      output_steps: np.ndarray, delay_steps: int) -> np.ndarray:
     """When each request's first streamed response reaches the client: ``delay_steps`` of
     the request's own engine steps after the one that emitted its first token
-    (``router.first_response_steps``), at the request's mean time between the steps that
+    (``SimConfig.first_response_steps``), at the request's mean time between the steps that
     emitted its output (``output_steps``: the steps its output segments span, its
     ``num_chunks``; one a token without speculation), and never after its last step; the
     engine's first token itself when the delay is 0 or the request did not finish."""
@@ -211,7 +211,7 @@ def results_from(facts: RunFacts) -> Results:
     out_tok = columns["output_tokens"]
     e2e = np.where(finished, finish - arrival, NAN)
     chunks = segments.chunks_per_request()  # the steps that emitted each request's output
-    ttft = first_response_s(first, finish, chunks, facts.config.router.first_response_steps
+    ttft = first_response_s(first, finish, chunks, facts.config.first_response_steps
                             ) - arrival
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(finished & (out_tok > 1), (e2e - ttft) / (out_tok - 1), NAN)

@@ -21,15 +21,18 @@ or did not finish are left out. Two questions, from the rows themselves:
    lifetime over C); s near 0 says the lifetime plays no part.
 
 ``--fit-response N`` scores the fit rows of the suite's stratified sample of N rows with no
-first-response delay and fits, per backend, the request's engine steps after its first
-token at which the client's first response arrives (``router.response_rule``; pdsim.config_sections
-.RESPONSE_RULES holds the fitted values).
+first-response delay and fits, per backend and per backend and model profile, the request's
+engine steps after its first token at which the client's first response arrives
+(``router.response_rule``; pdsim.config_sections.RESPONSE_RULES and RESPONSE_RULE_PROFILES
+hold the fitted values), then scores both groupings by cross-validation on the fit rows
+(folds by deployment), the test that chose the per-model table.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -169,27 +172,82 @@ def response_ttft_ms(score: dict[str, Any], steps: int) -> float:
     return float(score["pdsim_ttft_ms"] + min(tokens, score["osl"] - 1) * per_token)
 
 
-def fit_first_response(scores: list[dict[str, Any]]
+RESPONSE_GROUPINGS = ("backend", "backend+profile")
+"""The ways a first-response delay may be shared: one per serving stack, or one per stack
+and shipped model profile (a profile without fit rows takes its stack's)."""
+
+CV_FOLDS = 5
+"""Folds of the cross-validation that chooses the grouping."""
+
+
+def response_key(score: dict[str, Any], grouping: str) -> str:
+    """The delay a fit row shares under ``grouping``: its backend, or its backend and its
+    model profile ("trtllm deepseek-v3")."""
+    from validation.silicon import MODEL_PROFILES
+
+    backend = score["partition"].split()[0]
+    if grouping == "backend":
+        return backend
+    return f"{backend} {MODEL_PROFILES.get(score['model'], score['model'])}"
+
+
+def _best_delay(rows: list[dict[str, Any]]) -> tuple[int, float, float]:
+    """(delay steps, mean TTFT error at none, at the delay) minimising the mean absolute
+    percentage error of TTFT over ``rows`` (scored with no delay)."""
+    meas = np.array([r["measured_ttft_ms"] for r in rows])
+    errors = [float(np.mean(np.abs(np.array([response_ttft_ms(r, k) for r in rows]) - meas)
+                            / meas) * 100) for k in range(MAX_RESPONSE_TOKENS + 1)]
+    best = int(np.argmin(errors))
+    return best, errors[0], errors[best]
+
+
+def fit_first_response(scores: list[dict[str, Any]], grouping: str = "backend"
                        ) -> dict[str, tuple[int, int, float, float]]:
-    """Per backend, (delay steps, rows, mean TTFT error before, after): the whole number
-    of the request's engine steps after its first token at which the client's first response
-    arrives that minimises the mean absolute percentage error of TTFT over the fit rows
-    (``fit_scores``) scored with no delay."""
+    """Per backend (or per backend and model profile, ``grouping``), (delay steps, rows,
+    mean TTFT error before, after): the whole number of the request's engine steps after
+    its first token at which the client's first response arrives that minimises the mean
+    absolute percentage error of TTFT over the fit rows (``fit_scores``) scored with no
+    delay."""
     by: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for s in fit_scores(scores):
-        by[s["partition"].split()[0]].append(s)
+        by[response_key(s, grouping)].append(s)
     out = {}
-    for backend, rows in sorted(by.items()):
-        meas = np.array([r["measured_ttft_ms"] for r in rows])
+    for key, rows in sorted(by.items()):
+        best, before, after = _best_delay(rows)
+        out[key] = (best, len(rows), before, after)
+    return out
 
-        def mean_ape(k: int, rows: list[dict[str, Any]] = rows,
-                     meas: np.ndarray = meas) -> float:
-            sim = np.array([response_ttft_ms(r, k) for r in rows])
-            return float(np.mean(np.abs(sim - meas) / meas) * 100)
 
-        errors = [mean_ape(k) for k in range(MAX_RESPONSE_TOKENS + 1)]
-        best = int(np.argmin(errors))
-        out[backend] = (best, len(rows), errors[0], errors[best])
+def response_fold(score: dict[str, Any]) -> int:
+    """The cross-validation fold of a fit row: rows of one deployment family (partition,
+    model, ISL and OSL) share a fold, so a fold's rows are predicted by delays fitted to
+    other deployments."""
+    key = f"{score['partition']}|{score['model']}|{score['isl']}|{score['osl']}"
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % CV_FOLDS
+
+
+def cross_validate_first_response(scores: list[dict[str, Any]]
+                                  ) -> dict[str, tuple[float, float, int]]:
+    """Per grouping (``RESPONSE_GROUPINGS``), the (mean, median) TTFT error and the row
+    count of each fit row predicted by the delays fitted to the other folds' fit rows (a
+    key the other folds lack takes its backend's delay): how well a grouping carries to
+    deployments it was not fitted to, the test that chooses it."""
+    rows = fit_scores(scores)
+    out = {}
+    for grouping in RESPONSE_GROUPINGS:
+        errors = []
+        for fold in range(CV_FOLDS):
+            train = [r for r in rows if response_fold(r) != fold]
+            table = {k: v[0] for k, v in fit_first_response(train, grouping).items()}
+            backend = {k: v[0] for k, v in fit_first_response(train).items()}
+            for r in rows:
+                if response_fold(r) != fold:
+                    continue
+                k = table.get(response_key(r, grouping),
+                              backend.get(response_key(r, "backend"), 0))
+                errors.append(abs(response_ttft_ms(r, k) - r["measured_ttft_ms"])
+                              / r["measured_ttft_ms"] * 100)
+        out[grouping] = (float(np.mean(errors)), float(np.median(errors)), len(errors))
     return out
 
 
@@ -272,10 +330,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.fit_response <= 0:
             print("error: --fit-response: give a positive number of rows", file=sys.stderr)
             return 2
-        fitted = fit_first_response(score_fit_rows_without_response_delay(args.fit_response))
-        for backend, (tokens, n, before, after) in fitted.items():
-            print(f"{backend}: first_response_delay_steps {tokens} ({n} fit rows; mean TTFT "
-                  f"error {before:.1f}% without, {after:.1f}% with)")
+        scored = score_fit_rows_without_response_delay(args.fit_response)
+        for grouping in RESPONSE_GROUPINGS:
+            print(f"per {grouping}:")
+            for key, (tokens, n, before, after) in fit_first_response(scored,
+                                                                      grouping).items():
+                print(f"  {key}: first_response_delay_steps {tokens} ({n} fit rows; mean "
+                      f"TTFT error {before:.1f}% without, {after:.1f}% with)")
+        print(f"{CV_FOLDS}-fold cross-validation on the fit rows (folds by deployment):")
+        for grouping, (mean, median, n) in cross_validate_first_response(scored).items():
+            print(f"  per {grouping}: TTFT mean {mean:.1f}%, median {median:.1f}% ({n} rows)")
         return 0
     if args.fit_frontend:
         for backend, (latency, n) in fit_frontend_latency(

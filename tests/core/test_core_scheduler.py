@@ -12,9 +12,9 @@ from core_support import make_config, terminal_problems
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdsim import SimConfig, Simulation
+from pdsim import SimConfig, Simulation, load_config
 from pdsim.config import Role
-from pdsim.config_sections import RESPONSE_RULES, RouterConfig
+from pdsim.config_sections import RESPONSE_RULE_PROFILES, RESPONSE_RULES, RouterConfig
 
 # step_log columns (Results.instances[i].step_log)
 START, END, PREFILL, DECODE_REQS, KV_USED, RUNNING, WAITING, RECEIVING = range(8)
@@ -376,11 +376,29 @@ def test_first_response_delay_counts_engine_steps_under_speculation() -> None:
 
 def test_first_response_rule_defaults() -> None:
     """The default config streams as the engine does; each rule's delay is its table's."""
-    assert RouterConfig().first_response_steps == 0
+    assert RouterConfig().first_response_steps_for(None) == 0
     for rule, steps in RESPONSE_RULES.items():
-        assert RouterConfig(response_rule=rule).first_response_steps == steps  # type: ignore[arg-type]
+        router = RouterConfig(response_rule=rule)  # type: ignore[arg-type]
+        assert router.first_response_steps_for(None) == steps
+        assert router.first_response_steps_for("no-such-profile") == steps
         assert RouterConfig(response_rule=rule,  # type: ignore[arg-type]
-                            first_response_delay_steps=2).first_response_steps == 2
+                            first_response_delay_steps=2).first_response_steps_for(None) == 2
+    for (rule, profile), steps in RESPONSE_RULE_PROFILES.items():
+        router = RouterConfig(response_rule=rule)  # type: ignore[arg-type]
+        assert router.first_response_steps_for(profile) == steps
+        assert RouterConfig(response_rule=rule,  # type: ignore[arg-type]
+                            first_response_delay_steps=0).first_response_steps_for(profile) == 0
+
+
+def test_the_served_profile_picks_the_response_delay() -> None:
+    """A config's delay is its rule's for the model it serves: a profile the table lists
+    takes the profile's, any other model the stack's."""
+    for profile in ("deepseek-v3", "llama-3.1-70b"):
+        cfg = load_config({"name": "r", "model": {"profile": profile},
+                           "router": {"response_rule": "trtllm"}})
+        assert cfg.first_response_steps == RESPONSE_RULE_PROFILES[("trtllm", profile)]
+    assert (load_config({"name": "r", "router": {"response_rule": "trtllm"}})
+            .first_response_steps == RESPONSE_RULES["trtllm"])
 
 
 @settings(max_examples=60, deadline=None)
@@ -405,6 +423,6 @@ def test_first_response_lies_between_first_token_and_finish(
 
 def test_show_config_names_the_first_response_delay_only_when_set() -> None:
     from pdsim.loader import derived_values
-    assert "router.first_response_steps" not in derived_values(make_config(method="none"))
+    assert "first_response_steps" not in derived_values(make_config(method="none"))
     cfg = make_config("router.response_rule=trtllm", method="none")
-    assert derived_values(cfg)["router.first_response_steps"] == RESPONSE_RULES["trtllm"]
+    assert derived_values(cfg)["first_response_steps"] == cfg.first_response_steps > 0

@@ -10,8 +10,7 @@ from collections import Counter
 import pytest
 
 import pdsim
-from pdsim.config_sections import RESPONSE_RULES as DELAY_STEPS
-from pdsim.config_sections import Role
+from pdsim.config_sections import Role, response_delay_steps
 from validation import silicon as S
 
 # the docs lane: executes the docs, the notebook or the validation rows (conftest.py)
@@ -252,7 +251,7 @@ def test_rows_of_an_mtp_recipe_image_run_mtp(sample: list[S.SiliconRow]) -> None
     assert cfg.speculative.acceptance.rates == (0.92, 0.66, 0.24)  # type: ignore[union-attr]
     # the first-response delay is the rule's, in engine steps: no conversion in the suite
     assert cfg.router.response_rule == "trtllm"
-    assert cfg.router.first_response_steps == DELAY_STEPS["trtllm"]
+    assert cfg.first_response_steps == response_delay_steps("trtllm", plan.model)
     assert "first_response_delay_steps" not in S.build_config(plan)["router"]
     dp = S.plan_row(_row(silicon_data_source=img, tp_size="1", attention_dp_size="8",
                          moe_tp_size="1", moe_ep_size="8", batch_size="1"))
@@ -340,12 +339,12 @@ def test_frontend_fit_is_the_low_concurrency_median_of_fit_rows() -> None:
 
 def test_response_rule_follows_the_backend() -> None:
     """Each backend's rows end TTFT at its serving stack's first response
-    (router.response_rule); the rule's delay is the fitted table's."""
-    from pdsim.config_sections import RESPONSE_RULES
+    (router.response_rule); the rule's delay is the fitted table's for the row's model."""
     for backend in ("trtllm", "vllm", "sglang"):
-        cfg = pdsim.load_config(S.build_config(S.plan_row(_row(backend=backend))))
+        plan = S.plan_row(_row(backend=backend))
+        cfg = pdsim.load_config(S.build_config(plan))
         assert cfg.router.response_rule == backend
-        assert cfg.router.first_response_steps == RESPONSE_RULES[backend] > 0
+        assert cfg.first_response_steps == response_delay_steps(backend, plan.model) > 0
 
 
 def test_first_response_fit_minimises_fit_rows_mean_error() -> None:
@@ -370,6 +369,31 @@ def test_first_response_fit_minimises_fit_rows_mean_error() -> None:
     # never past the last token
     assert G.response_ttft_ms({**base, "pdsim_ttft_ms": 20.0, "pdsim_tpot_ms": 10.0},
                               500) == pytest.approx(20.0 + 99 * 10.0)
+
+
+def test_first_response_per_model_and_its_cross_validation() -> None:
+    """Per backend and model profile each model gets its own delay; cross-validation, with
+    folds by deployment, scores both groupings on rows fitted elsewhere and prefers the
+    per-model one when the models want different delays."""
+    from validation import silicon_gap as G
+    base = {"error": "", "preemptions": 0, "split": "fit", "partition": "vllm agg h200_sxm",
+            "osl": 100, "pdsim_tpot_ms": 10.0}
+    scores = []
+    for model, extra_ms in (("deepseek-ai/DeepSeek-R1", 40.0), ("meta-llama/Llama-3.1-70B",
+                                                               10.0)):
+        for isl in range(100, 2100, 100):  # 20 deployments a model, spread over the folds
+            for t in (20.0, 60.0):
+                scores.append({**base, "model": model, "isl": isl, "pdsim_ttft_ms": t,
+                               "measured_ttft_ms": t + extra_ms})
+    fitted = G.fit_first_response(scores, "backend+profile")
+    assert {k: v[0] for k, v in fitted.items()} == {"vllm deepseek-v3": 4,
+                                                   "vllm llama-3.1-70b": 1}
+    assert G.response_key(scores[0], "backend") == "vllm"
+    assert len({G.response_fold(s) for s in scores}) == G.CV_FOLDS
+    cv = G.cross_validate_first_response(scores)
+    assert cv["backend+profile"][0] == pytest.approx(0.0, abs=1e-9)
+    assert cv["backend"][0] > 5.0
+    assert cv["backend"][2] == cv["backend+profile"][2] == len(scores)
 
 
 def test_gap_analysis_reads_fit_rows_only() -> None:
