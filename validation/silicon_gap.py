@@ -185,7 +185,7 @@ def response_key(score: dict[str, Any], grouping: str) -> str:
     model profile ("trtllm deepseek-v3")."""
     from validation.silicon import MODEL_PROFILES
 
-    backend = score["partition"].split()[0]
+    backend = str(score["partition"]).split()[0]
     if grouping == "backend":
         return backend
     return f"{backend} {MODEL_PROFILES.get(score['model'], score['model'])}"
