@@ -85,6 +85,14 @@ class InstanceGroupConfig(StrictModel):
             return self.attention_dp_padding
         return BALANCE_PADDING.get(self.attention_dp_balance, "none")
 
+    def batch_waits(self, role: Role) -> bool:
+        """Whether the pool's instances in ``role`` run TensorRT-LLM's batch waiting: only a
+        colocated engine without attention DP (TensorRT-LLM skips it there) that sets both
+        ``scheduler.batch_wait_steps`` and ``batch_wait_max_tokens_ratio``."""
+        sched = self.scheduler
+        return bool(role is Role.COLOCATED and self.attention_dp_size == 1
+                    and sched.batch_wait_steps and sched.batch_wait_max_tokens_ratio)
+
     @property
     def num_dp_engines(self) -> int:
         """Attention-DP engines of the pool (its instances when attention_dp_size is 1)."""

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from validation.silicon import CSV_PATH, SiliconRow, load_sample, row_protocol
+from validation.silicon import CSV_PATH, MODEL_PROFILES, SiliconRow, load_sample, row_protocol
 
 LOW_CONCURRENCY = 8
 """Rows at or below this concurrency count as 'low' (queueing and waves smallest)."""
@@ -183,8 +183,6 @@ CV_FOLDS = 5
 def response_key(score: dict[str, Any], grouping: str) -> str:
     """The delay a fit row shares under ``grouping``: its backend, or its backend and its
     model profile ("trtllm deepseek-v3")."""
-    from validation.silicon import MODEL_PROFILES
-
     backend = str(score["partition"]).split()[0]
     if grouping == "backend":
         return backend
@@ -233,22 +231,19 @@ def cross_validate_first_response(scores: list[dict[str, Any]]
     key the other folds lack takes its backend's delay): how well a grouping carries to
     deployments it was not fitted to, the test that chooses it."""
     rows = fit_scores(scores)
-    out = {}
-    for grouping in RESPONSE_GROUPINGS:
-        errors = []
-        for fold in range(CV_FOLDS):
-            train = [r for r in rows if response_fold(r) != fold]
+    errors: dict[str, list[float]] = {g: [] for g in RESPONSE_GROUPINGS}
+    for fold in range(CV_FOLDS):
+        train = [r for r in rows if response_fold(r) != fold]
+        test = [r for r in rows if response_fold(r) == fold]
+        backend = {k: v[0] for k, v in fit_first_response(train).items()}
+        for grouping in RESPONSE_GROUPINGS:
             table = {k: v[0] for k, v in fit_first_response(train, grouping).items()}
-            backend = {k: v[0] for k, v in fit_first_response(train).items()}
-            for r in rows:
-                if response_fold(r) != fold:
-                    continue
+            for r in test:
                 k = table.get(response_key(r, grouping),
                               backend.get(response_key(r, "backend"), 0))
-                errors.append(abs(response_ttft_ms(r, k) - r["measured_ttft_ms"])
-                              / r["measured_ttft_ms"] * 100)
-        out[grouping] = (float(np.mean(errors)), float(np.median(errors)), len(errors))
-    return out
+                errors[grouping].append(abs(response_ttft_ms(r, k) - r["measured_ttft_ms"])
+                                        / r["measured_ttft_ms"] * 100)
+    return {g: (float(np.mean(e)), float(np.median(e)), len(e)) for g, e in errors.items()}
 
 
 def score_fit_rows_without_response_delay(sample: int) -> list[dict[str, Any]]:

@@ -171,12 +171,9 @@ class Instance:
         self.active_run: DecodeRun | None = None
         self._run_over: simpy.Event | None = None
         self.max_run_steps = MAX_RUN_STEPS
-        # (a receive interval counts every step: such an instance steps one at a time)
-        # (TensorRT-LLM's batch waiting counts steps too; it runs only on a colocated
-        # engine without attention DP)
-        waits = bool(role is Role.COLOCATED and group.attention_dp_size == 1
-                     and group.scheduler.batch_wait_steps
-                     and group.scheduler.batch_wait_max_tokens_ratio)
+        # (a receive interval counts every step, and so does TensorRT-LLM's batch waiting:
+        # such an instance steps one at a time)
+        waits = group.batch_waits(role)
         self.decode_runs = (cfg.engine.decode_runs == "auto"
                             and group.scheduler.recv_interval_steps == 1 and not waits)
         self.join_room = cfg.engine.decode_run_join_room

@@ -154,3 +154,16 @@ def test_a_prompt_short_of_kv_blocks_is_not_counted(monkeypatch: pytest.MonkeyPa
     assert blocked, "no step found its head prompt short of blocks"
     assert all(after == before for before, after in blocked)
     assert any(after == before + 1 for fits, before, after in seen if fits)
+
+
+def test_which_pools_wait() -> None:
+    """The rule in one place (InstanceGroupConfig.batch_waits): a colocated pool without
+    attention DP with both settings; never a prefill or decode pool, nor attention DP."""
+    from pdsim.config import Role
+    colocated = load_config(_cfg(20, 0.9)).cluster.colocated
+    assert colocated.batch_waits(Role.COLOCATED)
+    assert not colocated.batch_waits(Role.DECODE)
+    assert not load_config(_cfg(20, 0.0)).cluster.colocated.batch_waits(Role.COLOCATED)
+    assert not load_config(_cfg(0, 0.9)).cluster.colocated.batch_waits(Role.COLOCATED)
+    dp = load_config(_cfg(20, 0.9, dp=2)).cluster.colocated
+    assert not dp.batch_waits(Role.COLOCATED)
