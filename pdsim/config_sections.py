@@ -411,28 +411,29 @@ class CacheAwareRouting(StrictModel):
 
 
 ResponseRule = Literal["pdsim", "vllm", "sglang", "trtllm"]
-RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 1, "sglang": 12, "trtllm": 9}
+RESPONSE_RULES: dict[str, int] = {"pdsim": 0, "vllm": 1, "sglang": 12, "trtllm": 7}
 """Per serving stack, the request's engine steps after the one that emitted its first
 token at which a streaming client receives its first response, for a model
 ``RESPONSE_RULE_PROFILES`` does not list: none for pdsim; for vLLM, SGLang and
 TensorRT-LLM fitted to all of the stack's fit rows of AIConfigurator's silicon sample run
 without speculation, where a step emits one token (the measured TTFT less pdsim's, in
-units of the request's own inter-token time; docs/step-time.md, "The first response").
+units of the request's own inter-token time; TensorRT-LLM's refitted with its steps
+without a CUDA graph priced, ``eager_kernel_s``; docs/step-time.md, "The first response").
 The engines send the first token at once, so a fitted delay stands for what pdsim does
 not model between the engine and the client, not for a stream interval."""
 
 RESPONSE_RULE_PROFILES: dict[tuple[str, str], int] = {
-    ("trtllm", "deepseek-v3"): 13, ("trtllm", "llama-3.1-70b"): 3,
-    ("trtllm", "llama-3.1-8b"): 13, ("sglang", "deepseek-v3"): 12,
+    ("trtllm", "deepseek-v3"): 10, ("trtllm", "llama-3.1-70b"): 1,
+    ("trtllm", "llama-3.1-8b"): 11, ("sglang", "deepseek-v3"): 12,
     ("sglang", "llama-3.1-8b"): 15, ("vllm", "llama-3.1-70b"): 1,
     ("vllm", "llama-3.1-8b"): 3,
 }
 """Per serving stack and shipped model profile, the first response's delay fitted the same
 way to that model's fit rows alone: the fit rows of one stack pull apart by model
-(TensorRT-LLM: DeepSeek 13, Llama-3.1-70B 3), and a delay per stack and model carries
-better to deployments it was not fitted to than one per stack (5-fold cross-validation on
-the fit rows, folds by deployment; ``python -m validation.silicon_gap --fit-response``;
-docs/step-time.md, "The first response")."""
+(TensorRT-LLM, its eager steps priced: DeepSeek 10, Llama-3.1-70B 1), and a delay per
+stack and model carries better to deployments it was not fitted to than one per stack
+(5-fold cross-validation on the fit rows, folds by deployment; ``python -m
+validation.silicon_gap --fit-response``; docs/step-time.md, "The first response")."""
 
 
 def response_delay_steps(rule: str, profile: str | None) -> int:

@@ -22,21 +22,30 @@ from pdsim.perf.memory import DEFAULT_FREE_GPU_MEMORY_FRACTION, MemoryRule
 CPU_OVERHEAD_S = 2.0e-4
 CPU_OVERHEAD_PER_REQUEST_S = 4.0e-6
 DRAFTER_PASS_OVERHEAD_S = 6.5e-4
+EAGER_KERNEL_S_FIT = 16e-6
+
+TRTLLM_EAGER_KERNEL_S = EAGER_KERNEL_S_FIT
+"""Host time per kernel of a TensorRT-LLM forward that runs without a CUDA graph (a step
+with a context request), fitted to the silicon sample's TensorRT-LLM fit rows
+(docs/step-time.md, "Steps without a CUDA graph")."""
 
 CpuCostRule = Literal["pdsim", "vllm", "sglang", "trtllm"]
-CPU_COST_RULES: dict[str, tuple[float, float]] = {
-    "pdsim": (CPU_OVERHEAD_S, CPU_OVERHEAD_PER_REQUEST_S),
-    "trtllm": (CPU_OVERHEAD_S, CPU_OVERHEAD_PER_REQUEST_S),
-    "vllm": (1.6e-3, 32e-6),
-    "sglang": (1.2e-3, 26e-6),
+CPU_COST_RULES: dict[str, tuple[float, float, float]] = {
+    "pdsim": (CPU_OVERHEAD_S, CPU_OVERHEAD_PER_REQUEST_S, 0.0),
+    "trtllm": (CPU_OVERHEAD_S, CPU_OVERHEAD_PER_REQUEST_S, TRTLLM_EAGER_KERNEL_S),
+    "vllm": (1.6e-3, 32e-6, 0.0),
+    "sglang": (1.2e-3, 26e-6, 0.0),
 }
 """Per serving loop (``cpu_cost_rule``), the CPU cost per step and per request in the
-step, in seconds (``overhead_s``, ``overhead_per_request_s``). pdsim: fitted to the 38-row
-validation table's fit rows (tools/fit_cpu_costs.py). vllm and sglang (Python schedulers):
-fitted to the fit rows of AIConfigurator's silicon sample of each engine; trtllm (the C++
-executor): the same fit found no increment over pdsim's, which it keeps (docs/step-time.md,
-"Engine CPU costs: the cpu_cost_rule")."""
-CPU_COST_FIELDS = ("overhead_s", "overhead_per_request_s")
+step, and per kernel of a step run without a CUDA graph, in seconds (``overhead_s``,
+``overhead_per_request_s``, ``eager_kernel_s``). pdsim: fitted to the 38-row validation
+table's fit rows (tools/fit_cpu_costs.py). vllm and sglang (Python schedulers): fitted to
+the fit rows of AIConfigurator's silicon sample of each engine; trtllm (the C++ executor):
+the same fit found no increment per step or request over pdsim's, which it keeps; its
+eager steps' launch cost is fitted to its fit rows (docs/step-time.md, "Engine CPU costs:
+the cpu_cost_rule" and "Steps without a CUDA graph"). vLLM's piecewise CUDA graphs cover
+mixed steps; SGLang's eager extend steps are not fitted (0)."""
+CPU_COST_FIELDS = ("overhead_s", "overhead_per_request_s", "eager_kernel_s")
 
 KERNEL_FIELDS = ("compute_efficiency", "fp8_compute_efficiency", "fp4_compute_efficiency",
                  "gemm_half_tokens", "memory_efficiency",
@@ -207,9 +216,11 @@ class RooflineStepTimeConfig(StrictModel):
     dense ones at the same tokens per expert). CPU costs: ``overhead_s`` per step plus
     ``overhead_per_request_s`` per request in it (scheduling, input preparation, output
     processing); ``drafter_pass_overhead_s`` per drafter forward (its CPU scheduling,
-    metadata and graph launch, proposal bookkeeping). ``gpu_memory_utilization`` and
-    ``runtime_reserve_gib`` size the KV cache (``pdsim.perf.memory``); weights that do
-    not fit are a config error.
+    metadata and graph launch, proposal bookkeeping); ``eager_kernel_s`` per kernel of a
+    step the engine runs without a CUDA graph (a prefill chunk, or a decode batch with no
+    captured graph: ``cuda_graph_batch_sizes``, ``cuda_graph_padding``).
+    ``gpu_memory_utilization`` and ``runtime_reserve_gib`` size the KV cache
+    (``pdsim.perf.memory``); weights that do not fit are a config error.
     """
 
     kind: Literal["roofline"] = "roofline"
@@ -283,7 +294,8 @@ class RooflineStepTimeConfig(StrictModel):
     cpu_cost_rule: CpuCostRule = "pdsim"
     """Whose serving loop the CPU costs are (``CPU_COST_RULES``): pdsim (fitted to the
     validation table), vllm, sglang or trtllm (fitted to the silicon sample's fit rows);
-    sets overhead_s and overhead_per_request_s where the config does not give them."""
+    sets overhead_s, overhead_per_request_s and eager_kernel_s where the config does not
+    give them."""
     overhead_s: Seconds = CPU_OVERHEAD_S
     """CPU time per step (scheduling, input preparation), in seconds (default: the
     cpu_cost_rule's)."""
@@ -291,6 +303,20 @@ class RooflineStepTimeConfig(StrictModel):
     """CPU time per request in a step, in seconds (default: the cpu_cost_rule's)."""
     drafter_pass_overhead_s: Seconds = DRAFTER_PASS_OVERHEAD_S
     """CPU time per drafter forward, in seconds."""
+    cuda_graph_batch_sizes: Annotated[tuple[PositiveInt, ...], Field(min_length=1)] | None = None
+    """The decode batch sizes (requests per step) the engine captured CUDA graphs for
+    (TensorRT-LLM's ``cuda_graph_config.batch_sizes``); a decode-only step whose batch has
+    no graph runs eagerly and pays ``eager_kernel_s`` per kernel. null: every decode-only
+    step replays a graph (the engines' defaults capture up to their batch limits)."""
+    cuda_graph_padding: bool = True
+    """Whether a decode batch is padded up to the next captured size
+    (``cuda_graph_config.enable_padding``): with padding every batch up to the largest
+    size replays a graph, without it only the sizes listed do. Read only with
+    cuda_graph_batch_sizes. The padded rows' compute is not priced."""
+    eager_kernel_s: Seconds = 0.0
+    """Host time per kernel of a step the engine runs without a CUDA graph (a step with a
+    prefill chunk: TensorRT-LLM replays graphs for generation-only batches), in seconds,
+    on top of kernel_latency_s (default: the cpu_cost_rule's; 0 but for trtllm)."""
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     """Fraction of GPU memory vLLM may use (sizes the KV cache)."""
     runtime_reserve_gib: NonNegFloat = 2.0
@@ -315,6 +341,9 @@ class RooflineStepTimeConfig(StrictModel):
         shows the numbers the model runs on; a value the config gives wins."""
         if not isinstance(data, dict):
             return data
+        sizes = data.get("cuda_graph_batch_sizes")
+        if isinstance(sizes, list):  # a YAML list, read as the tuple the field holds
+            data = {**data, "cuda_graph_batch_sizes": tuple(sizes)}
         rule = CPU_COST_RULES.get(data.get("cpu_cost_rule", "pdsim"))
         if rule is None:  # an unknown name: the field's own validation says so
             return data
@@ -372,7 +401,8 @@ class RooflineStepTimeConfig(StrictModel):
         if (self.kernel_rule in kernels.moe_pair_s_by_engine
                 and kernel_src != "kernel constants set in the config"):
             kernel_src += f" (moe_pair_s: {self.kernel_rule}'s own MoE kernels)"
-        cpu = (self.overhead_s, self.overhead_per_request_s, self.drafter_pass_overhead_s)
+        cpu = (self.overhead_s, self.overhead_per_request_s, self.eager_kernel_s,
+               self.drafter_pass_overhead_s)
         rule = CPU_COST_RULES[self.cpu_cost_rule]
         if cpu != (*rule, DRAFTER_PASS_OVERHEAD_S):
             cpu_src = "CPU costs set in the config"
@@ -424,6 +454,16 @@ class RooflineStepTimeConfig(StrictModel):
 
         _check_profile_name(v, "hardware", hardware_names(), "the spec")
         return v
+
+    def replays_graph(self, decode_requests: float) -> bool:
+        """Whether a decode-only step of ``decode_requests`` requests replays a captured
+        CUDA graph (``cuda_graph_batch_sizes``, ``cuda_graph_padding``)."""
+        sizes = self.cuda_graph_batch_sizes
+        if sizes is None:
+            return True
+        if self.cuda_graph_padding:
+            return decode_requests <= max(sizes)
+        return decode_requests in sizes
 
     @model_validator(mode="after")
     def _check(self) -> RooflineStepTimeConfig:

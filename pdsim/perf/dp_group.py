@@ -10,7 +10,9 @@ one token) so the collectives complete. Per layer the ranks wait for each other,
 
 - the rank part (attention, dense layers, LM head, sampling, all-reduces, the
   all-to-alls' share of the rank's own tokens, CPU and kernel costs) is the slowest
-  rank's, idle ranks priced as the one-token dummy forward;
+  rank's, idle ranks priced as the one-token dummy forward; a prefill chunk on any rank
+  makes every rank's forward an eager one (no CUDA graph, ``eager_kernel_s`` per kernel),
+  as the ranks must run one graph or none;
 - the MoE part (expert GEMMs and expert weight reads) is the roofline's MoE term of the
   mean batch over the ranks: the roofline prices a rank's MoE as if every rank of the
   expert-parallel group carried its batch (``routed tokens = tokens x ep / tp``), so at
@@ -181,9 +183,13 @@ class DPGroupStepTime:
             moe = pad_to_largest([b if b is not None else DUMMY_BATCH for b in batches])
         if bare is None:
             return max(model.step_time_s(b) for b in priced)
-        rank_s = max(bare.step_time_s(b) for b in priced)
+        assert isinstance(model, RooflineStepTime)
+        # a rank that cannot replay a graph (a prefill chunk, an uncaptured batch) makes
+        # every rank's forward an eager one
+        eager = any(model.runs_eager(b) for b in priced)
+        rank_s = max(bare.step_time_s(b, eager) for b in priced)
         mean = mean_batch(moe, self.ranks)
-        return rank_s + model.step_time_s(mean) - bare.step_time_s(mean)
+        return rank_s + model.step_time_s(mean, eager) - bare.step_time_s(mean, eager)
 
 
 def mean_batch(batches: Sequence[StepBatch], ranks: int) -> StepBatch:

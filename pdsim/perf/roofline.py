@@ -27,7 +27,11 @@ Operator groups of one forward pass (per GPU of the instance):
   a node, NCCL's hierarchical one across nodes), an all-to-all dispatch and combine around
   expert-parallel MoE layers with their real bytes (low-latency kernels in decode steps,
   normal ones with node-limited routing in steps with prefill);
-- CPU: ``overhead_s + overhead_per_request_s x requests`` per step.
+- CPU: ``overhead_s + overhead_per_request_s x requests`` per step, and in a step the
+  engine runs without a CUDA graph (one with a prefill chunk, or a decode batch with no
+  captured graph, ``cuda_graph_batch_sizes``) ``eager_kernel_s`` per kernel of its
+  forwards, the host's launches a graph replay would have spared (TensorRT-LLM replays
+  graphs for generation-only batches; 0 for the other rules).
 
 The drafter adds its forwards: the first over every position the target computed this
 step (the verified positions and the prefill chunk), further ones of one token per
@@ -129,6 +133,7 @@ class _Stack:
         "dense_weight_s",
         "ep_ranks",
         "fixed_s",
+        "kernels",
         "lm_s_per_token",
         "lm_weight_s",
         "moe",
@@ -254,6 +259,7 @@ class _Stack:
         self.a2a_s_per_token = decode_line[1] / 2.0 / tp
         self.a2a_prefill_latency_s = prefill_line[0] / 2.0
         self.a2a_prefill_s_per_token = prefill_line[1] / 2.0 / tp
+        self.kernels = kernels
         self.fixed_s = fixed_s + kernels * cfg.kernel_latency_s
 
     def time_s(self, tokens: float, logit_tokens: float, prefill_tokens: float,
@@ -327,8 +333,11 @@ class RooflineStepTime:
         "_cpu_per_request_s",
         "_cpu_s",
         "_draft",
+        "_draft_eager_s",
         "_draft_modules",
         "_draft_passes",
+        "_eager_s",
+        "_graphs",
         "_target",
         "arch",
         "hardware",
@@ -348,6 +357,9 @@ class RooflineStepTime:
             replicated_params=0.0, fixed_s=0.0, extra_kernels=0)
         self._cpu_s = cfg.overhead_s
         self._cpu_per_request_s = cfg.overhead_per_request_s
+        self._eager_s = self._target.kernels * cfg.eager_kernel_s
+        self._graphs = cfg.replays_graph if cfg.cuda_graph_batch_sizes is not None else None
+        self._draft_eager_s = 0.0
         self._draft_passes = draft_passes_decode
         self._draft_modules = draft_modules_prefill
         self._draft: _Stack | None = None
@@ -364,17 +376,32 @@ class RooflineStepTime:
                 lm_head_rows=d.draft_vocab_size or arch.vocab_size,
                 replicated_params=float(d.input_projection_factor * arch.hidden_size ** 2),
                 fixed_s=cfg.drafter_pass_overhead_s, extra_kernels=DRAFTER_EXTRA_KERNELS)
+            self._draft_eager_s = self._draft.kernels * cfg.eager_kernel_s
 
-    def step_time_s(self, batch: StepBatch) -> float:
-        """Seconds of one engine step computing ``batch`` (see the module docstring)."""
+    def runs_eager(self, batch: StepBatch) -> bool:
+        """Whether the engine runs ``batch`` without a CUDA graph: a step with a prefill
+        chunk, or a decode batch with no captured graph (``cuda_graph_batch_sizes``)."""
+        if batch.prefill_tokens:
+            return True
+        graphs = self._graphs
+        return graphs is not None and not graphs(batch.decode_requests)
+
+    def step_time_s(self, batch: StepBatch, eager: bool | None = None) -> float:
+        """Seconds of one engine step computing ``batch`` (see the module docstring).
+        ``eager``: the step runs without a CUDA graph (None: ``runs_eager``; an
+        attention-DP engine runs every rank eagerly when any rank must)."""
         p = batch.prefill_tokens
         r = batch.decode_requests
         q = batch.decode_tokens
         ctx = batch.decode_context_tokens
         pairs = batch.prefill_attention_pairs
         tokens = p + q
+        if eager is None:
+            eager = p > 0 or (self._graphs is not None and not self._graphs(r))
         # CPU work of the serving loop: per step, and per request scheduled in it
         t = self._cpu_s + self._cpu_per_request_s * (r + (1 if p else 0))
+        if eager:
+            t += self._eager_s
         if tokens:
             t += self._target.time_s(tokens, q + (1 if p else 0), p, pairs, r, q, ctx)
         draft = self._draft
@@ -385,6 +412,8 @@ class RooflineStepTime:
         modules = self._draft_modules if pre else 0
         if not max(passes, modules):
             return t
+        if eager:  # each drafter forward launches its kernels from the host too
+            t += max(passes, modules) * self._draft_eager_s
         # forward 0: every position the target computed (+ repairs)
         first_q = q if passes else 0
         first_r = r if passes else 0

@@ -430,3 +430,23 @@ def test_context_balance_runs_every_request_with_the_invariants_holding() -> Non
         return float(np.mean(np.asarray(r.records.columns["ttft_s"])))
 
     assert mean_ttft(res) > mean_ttft(plain)
+
+
+def test_a_context_on_one_rank_makes_every_rank_eager() -> None:
+    # TensorRT-LLM's ranks run one CUDA graph or none: with a prefill chunk on one rank the
+    # step is eager everywhere, so the slowest decode-only rank pays the host launches too
+    cfg = RooflineStepTimeConfig(kind="roofline", model="deepseek-v3", hardware="h200",
+                                 tensor_parallel_size=1, expert_parallel_size=8,
+                                 cpu_cost_rule="trtllm")
+    eager = RooflineStepTime(cfg)
+    plain = RooflineStepTime(cfg.model_copy(update={"eager_kernel_s": 0.0}))
+    launch = eager._target.kernels * cfg.eager_kernel_s
+    heavy = StepBatch(0, 0.0, 256, 256, 256 * 4000)  # the slowest rank: a big decode
+    light = StepBatch(16, 16 * 8.5, 4, 4, 4 * 100)  # a short prompt beside a few decodes
+    batches = [heavy] * 7 + [light]
+    with_ctx = DPGroupStepTime(eager, 8).step_time_s(batches)
+    assert with_ctx == pytest.approx(DPGroupStepTime(plain, 8).step_time_s(batches) + launch)
+    # without a prefill chunk anywhere no rank pays it
+    decodes = [heavy] * 7 + [StepBatch(0, 0.0, 4, 4, 400)]
+    assert DPGroupStepTime(eager, 8).step_time_s(decodes) == pytest.approx(
+        DPGroupStepTime(plain, 8).step_time_s(decodes))

@@ -56,7 +56,7 @@ def test_deepseek_1p1d_maps_the_options(tmp_path: Path) -> None:
     # vLLM's serving-loop CPU costs (pdsim.perf.config.CPU_COST_RULES)
     assert st.cpu_cost_rule == "vllm" and "cpu_cost_rule: vllm" in (
         tmp_path / "config.yaml").read_text(encoding="utf-8")
-    assert (st.overhead_s, st.overhead_per_request_s) == CPU_COST_RULES["vllm"]
+    assert (st.overhead_s, st.overhead_per_request_s, st.eager_kernel_s) == CPU_COST_RULES["vllm"]
     # and vLLM's own MoE kernels (the profile's per-engine fit)
     h200 = load_hardware("h200").kernels
     assert h200 is not None

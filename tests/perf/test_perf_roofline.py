@@ -9,7 +9,7 @@ import pytest
 
 from pdsim.config import Role
 from pdsim.errors import ConfigError
-from pdsim.loader import config_from_dict
+from pdsim.loader import config_from_dict, load_config
 from pdsim.perf.base import StepBatch
 from pdsim.perf.build import build_step_time_model
 from pdsim.perf.config import (
@@ -272,10 +272,11 @@ def test_roofline_config_errors() -> None:
 def test_cpu_cost_rule_prices_each_step_and_request(rule: str) -> None:
     # the rule's costs are what a step pays: per step plus per request in it, the GPU work
     # unchanged (the same batch under pdsim's rule differs by exactly the increments)
-    per_step, per_request = CPU_COST_RULES[rule]
+    per_step, per_request, eager = CPU_COST_RULES[rule]
     cfg = RooflineStepTimeConfig(model="llama-3.1-8b", hardware="h100-sxm",
                                  cpu_cost_rule=rule)
-    assert (cfg.overhead_s, cfg.overhead_per_request_s) == (per_step, per_request)
+    assert (cfg.overhead_s, cfg.overhead_per_request_s, cfg.eager_kernel_s) == (
+        per_step, per_request, eager)
     base, named = model("llama-3.1-8b"), RooflineStepTime(cfg)
     for batch in (1, 64, 512):
         extra = named.step_time_s(decode(batch, 2000)) - base.step_time_s(decode(batch, 2000))
@@ -289,11 +290,15 @@ def test_cpu_cost_rule_defaults_and_overrides() -> None:
     # and per request than TensorRT-LLM's C++ executor, which keeps pdsim's
     default = RooflineStepTimeConfig(model="llama-3.1-8b", hardware="h200")
     assert default.cpu_cost_rule == "pdsim"
-    assert CPU_COST_RULES["pdsim"] == CPU_COST_RULES["trtllm"] == (
+    assert CPU_COST_RULES["pdsim"][:2] == CPU_COST_RULES["trtllm"][:2] == (
         default.overhead_s, default.overhead_per_request_s)
+    assert default.eager_kernel_s == 0.0 == CPU_COST_RULES["pdsim"][2]
     for rule in ("vllm", "sglang"):
-        assert all(a > b for a, b in zip(CPU_COST_RULES[rule], CPU_COST_RULES["pdsim"],
-                                         strict=True))
+        assert all(a > b for a, b in zip(CPU_COST_RULES[rule][:2], CPU_COST_RULES["pdsim"],
+                                         strict=False))
+    # only TensorRT-LLM's loop has a fitted cost for its steps without a CUDA graph
+    assert CPU_COST_RULES["trtllm"][2] > 0
+    assert CPU_COST_RULES["vllm"][2] == CPU_COST_RULES["sglang"][2] == 0.0
     vllm = RooflineStepTimeConfig(model="llama-3.1-8b", hardware="h200", cpu_cost_rule="vllm")
     assert "cpu_cost_rule vllm" in vllm.parameter_provenance
     # a value the config gives wins over the rule's, and is said to be the config's
@@ -307,3 +312,77 @@ def test_cpu_cost_rule_defaults_and_overrides() -> None:
     with pytest.raises(ConfigError) as err:
         sim_config("llama-3.1-8b", hardware="h200", cpu_cost_rule="tgi")
     assert err.value.path == "step_time.cpu_cost_rule" and "vllm" in err.value.message
+
+
+def test_eager_steps_pay_the_host_launch_of_every_kernel() -> None:
+    # a step with a prefill chunk runs without a CUDA graph: under the trtllm rule it pays
+    # eager_kernel_s per kernel of the forward on top of pdsim's rule (whose is 0); a
+    # decode-only step replays a graph and pays nothing more
+    pdsim_rule = RooflineStepTime(RooflineStepTimeConfig(model="deepseek-v3", hardware="b200",
+                                                         tensor_parallel_size=8))
+    trt_cfg = RooflineStepTimeConfig(model="deepseek-v3", hardware="b200",
+                                     tensor_parallel_size=8, cpu_cost_rule="trtllm")
+    trt = RooflineStepTime(trt_cfg)
+    kernels = trt._target.kernels
+    assert kernels == 3 * (9 + 4) + 58 * (9 + 7 + 3) + 5  # DeepSeek-V3's 61 layers + head
+    for batch in (decode(1, 1000), decode(256, 3000)):
+        assert trt.step_time_s(batch) == pytest.approx(pdsim_rule.step_time_s(batch))
+    for batch in (prefill(1024), StepBatch(512, 512 * 256.5, 63, 63, 63 * 2000)):
+        extra = trt.step_time_s(batch) - pdsim_rule.step_time_s(batch)
+        assert extra == pytest.approx(kernels * trt_cfg.eager_kernel_s, rel=1e-9)
+    # a caller (an attention-DP engine) may declare a decode-only rank's step eager
+    assert trt.step_time_s(decode(8, 1000), True) == pytest.approx(
+        trt.step_time_s(decode(8, 1000)) + kernels * trt_cfg.eager_kernel_s)
+    # an override wins and is said to be the config's
+    mine = RooflineStepTimeConfig(model="deepseek-v3", hardware="b200", tensor_parallel_size=8,
+                                  cpu_cost_rule="trtllm", eager_kernel_s=0.0)
+    assert RooflineStepTime(mine).step_time_s(prefill(1024)) == pytest.approx(
+        pdsim_rule.step_time_s(prefill(1024)))
+    assert "CPU costs set in the config" in mine.parameter_provenance
+    assert "cpu_cost_rule trtllm" in trt_cfg.parameter_provenance
+
+
+def test_eager_drafter_forwards_pay_too() -> None:
+    # under speculation each drafter forward of an eager step launches its kernels too
+    base = {"model": "deepseek-v3", "hardware": "b200", "tensor_parallel_size": 8}
+    plain = RooflineStepTime(RooflineStepTimeConfig(**base), draft_passes_decode=3,
+                             draft_modules_prefill=1)
+    cfg = RooflineStepTimeConfig(**base, cpu_cost_rule="trtllm")
+    trt = RooflineStepTime(cfg, draft_passes_decode=3, draft_modules_prefill=1)
+    assert trt._draft is not None
+    mixed = StepBatch(512, 512 * 256.5, 16, 64, 16 * 2000)
+    extra = trt.step_time_s(mixed) - plain.step_time_s(mixed)
+    assert extra == pytest.approx((trt._target.kernels + 3 * trt._draft.kernels)
+                                  * cfg.eager_kernel_s, rel=1e-9)
+    assert trt.step_time_s(decode(16, 2000, 3)) == pytest.approx(
+        plain.step_time_s(decode(16, 2000, 3)))
+
+
+def test_a_decode_batch_without_a_captured_graph_runs_eagerly() -> None:
+    # TensorRT-LLM's cuda_graph_config: with padding every batch up to the largest captured
+    # size replays a graph, without it only the captured sizes do; a decode step that
+    # replays none pays the eager launches, one that does pays nothing more
+    base = {"model": "deepseek-v3", "hardware": "h200", "tensor_parallel_size": 8,
+            "cpu_cost_rule": "trtllm"}
+    every = RooflineStepTime(RooflineStepTimeConfig(**base))
+    exact_cfg = RooflineStepTimeConfig(**base, cuda_graph_batch_sizes=(128,),
+                                       cuda_graph_padding=False)
+    exact = RooflineStepTime(exact_cfg)
+    padded = RooflineStepTime(RooflineStepTimeConfig(**base, cuda_graph_batch_sizes=(64, 128)))
+    launch = every._target.kernels * exact_cfg.eager_kernel_s
+    for r in (1, 100, 128):
+        plain = every.step_time_s(decode(r, 2000))
+        assert padded.step_time_s(decode(r, 2000)) == pytest.approx(plain)
+        want = plain if r == 128 else plain + launch
+        assert exact.step_time_s(decode(r, 2000)) == pytest.approx(want)
+        assert exact.runs_eager(decode(r, 2000)) is (r != 128)
+    assert padded.runs_eager(decode(129, 2000)) and padded.runs_eager(prefill(64))
+    # a YAML list is read as the tuple; an empty one is an error naming the field
+    cfg = load_config({"model": {"profile": "deepseek-v3"}, "step_time": {
+        **base, "kind": "roofline", "cuda_graph_batch_sizes": [128]}})
+    assert cfg.step_time.cuda_graph_batch_sizes == (128,)
+    with pytest.raises(ConfigError) as err:
+        load_config({"model": {"profile": "deepseek-v3"}, "step_time": {
+            **base, "kind": "roofline", "cuda_graph_batch_sizes": []}})
+    assert err.value.path == "step_time.cuda_graph_batch_sizes" or (
+        "cuda_graph_batch_sizes" in str(err.value))
