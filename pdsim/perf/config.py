@@ -44,7 +44,7 @@ the fit rows of AIConfigurator's silicon sample of each engine; trtllm (the C++ 
 the same fit found no increment per step or request over pdsim's, which it keeps; its
 eager steps' launch cost is fitted to its fit rows (docs/step-time.md, "Engine CPU costs:
 the cpu_cost_rule" and "Steps without a CUDA graph"). vLLM's piecewise CUDA graphs cover
-mixed steps; SGLang's eager extend steps are not fitted (0)."""
+mixed steps; SGLang's eager extend steps, checked on its fit rows, want none (0)."""
 CPU_COST_FIELDS = ("overhead_s", "overhead_per_request_s", "eager_kernel_s")
 
 KERNEL_FIELDS = ("compute_efficiency", "fp8_compute_efficiency", "fp4_compute_efficiency",
