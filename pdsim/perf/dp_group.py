@@ -10,9 +10,9 @@ one token) so the collectives complete. Per layer the ranks wait for each other,
 
 - the rank part (attention, dense layers, LM head, sampling, all-reduces, the
   all-to-alls' share of the rank's own tokens, CPU and kernel costs) is the slowest
-  rank's, idle ranks priced as the one-token dummy forward; a prefill chunk on any rank
-  makes every rank's forward an eager one (no CUDA graph, ``eager_kernel_s`` per kernel),
-  as the ranks must run one graph or none;
+  rank's, idle ranks priced as the one-token dummy forward; a rank that cannot replay a
+  CUDA graph (a prefill chunk, a batch without a captured graph) makes every rank's forward
+  an eager one (``eager_kernel_s`` per kernel), as the ranks must run one graph or none;
 - the MoE part (expert GEMMs and expert weight reads) is the roofline's MoE term of the
   mean batch over the ranks: the roofline prices a rank's MoE as if every rank of the
   expert-parallel group carried its batch (``routed tokens = tokens x ep / tp``), so at

@@ -397,7 +397,7 @@ class RooflineStepTime:
         pairs = batch.prefill_attention_pairs
         tokens = p + q
         if eager is None:
-            eager = p > 0 or (self._graphs is not None and not self._graphs(r))
+            eager = self.runs_eager(batch)
         # CPU work of the serving loop: per step, and per request scheduled in it
         t = self._cpu_s + self._cpu_per_request_s * (r + (1 if p else 0))
         if eager:
