@@ -22,9 +22,8 @@ from pdsim.perf.memory import DEFAULT_FREE_GPU_MEMORY_FRACTION, MemoryRule
 CPU_OVERHEAD_S = 2.0e-4
 CPU_OVERHEAD_PER_REQUEST_S = 4.0e-6
 DRAFTER_PASS_OVERHEAD_S = 6.5e-4
-EAGER_KERNEL_S_FIT = 16e-6
 
-TRTLLM_EAGER_KERNEL_S = EAGER_KERNEL_S_FIT
+TRTLLM_EAGER_KERNEL_S = 16e-6
 """Host time per kernel of a TensorRT-LLM forward that runs without a CUDA graph (a step
 with a context request), fitted to the silicon sample's TensorRT-LLM fit rows
 (docs/step-time.md, "Steps without a CUDA graph")."""
@@ -315,8 +314,9 @@ class RooflineStepTimeConfig(StrictModel):
     cuda_graph_batch_sizes. The padded rows' compute is not priced."""
     eager_kernel_s: Seconds = 0.0
     """Host time per kernel of a step the engine runs without a CUDA graph (a step with a
-    prefill chunk: TensorRT-LLM replays graphs for generation-only batches), in seconds,
-    on top of kernel_latency_s (default: the cpu_cost_rule's; 0 but for trtllm)."""
+    prefill chunk: TensorRT-LLM replays graphs for generation-only batches; a decode batch
+    with no captured graph, cuda_graph_batch_sizes), in seconds, on top of
+    kernel_latency_s (default: the cpu_cost_rule's; 0 but for trtllm)."""
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     """Fraction of GPU memory vLLM may use (sizes the KV cache)."""
     runtime_reserve_gib: NonNegFloat = 2.0
