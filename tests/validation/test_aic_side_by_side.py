@@ -117,6 +117,17 @@ def test_doc_section_reads_the_committed_estimates(sample: list[S.SiliconRow]) -
     assert f"On the {held} held-out rows both score" in text
 
 
+def test_headline_scores_the_held_out_rows_without_a_fit_twin_apart() -> None:
+    held = [A.Pair(f"h{i}", "held-out", "p", 10.0 * (i + 1), 1.0, 50.0, 2.0)
+            for i in range(3)]
+    cmp = A.Comparison(held, [], [])
+    assert "without a fit twin" not in A.headline(cmp)
+    # h0 (pdsim TTFT 10%) has a twin: the others average 25%
+    text = A.headline(cmp, frozenset({"h0"}))
+    assert "On the 3 held-out rows both score, the mean TTFT error is 20.0% for pdsim" in text
+    assert "(on the 2 of them without a fit twin: TTFT 25.0% and 50.0%" in text
+
+
 # ------------------------------------------------------------------ the CLI
 
 

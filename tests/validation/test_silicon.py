@@ -64,6 +64,28 @@ def test_split_counts_match_the_data_readme(sample: list[S.SiliconRow]) -> None:
     assert sum(r.split == "held-out" for r in sample) == 1633
 
 
+def test_fit_twins_are_held_out_rows_measured_as_a_fit_row(
+        sample: list[S.SiliconRow]) -> None:
+    ids = [f"row{i}" for i in range(40)]
+    fit = next(i for i in ids if S.split_of(i) == "fit")
+    held = [i for i in ids if S.split_of(i) == "held-out"][:3]
+    rows = [_row(id=fit, silicon_ttft_ms="123.456", silicon_tpot_ms="7.25"),
+            _row(id=held[0], silicon_ttft_ms="123.456", silicon_tpot_ms="7.25"),
+            # the same TTFT alone, or the same value written with other digits, is no twin
+            _row(id=held[1], silicon_ttft_ms="123.456", silicon_tpot_ms="7.26"),
+            _row(id=held[2], silicon_ttft_ms="123.4560", silicon_tpot_ms="7.25")]
+    assert S.fit_twins(rows) == {held[0]}
+    # two held-out copies of one run are not each other's twins
+    assert S.fit_twins(rows[1:]) == frozenset()
+    # the sample itself: a held-out row with a fit twin shares its measurement, never its id
+    twins = S.fit_twins(sample)
+    assert 0 < len(twins) < sum(r.split == "held-out" for r in sample)
+    fit_keys = {S.measurement_key(r) for r in sample if r.split == "fit"}
+    for r in sample:
+        if r.split == "held-out":
+            assert (r.id in twins) is (S.measurement_key(r) in fit_keys)
+
+
 # --------------------------------------------------------------- expressibility
 
 
