@@ -1739,11 +1739,12 @@ def pdsim_commit() -> str:
 
 def _print_summary(out: Outcome) -> None:
     twins = fit_twins(out.rows)
-    for split in ("fit", "held-out", "held-out without a fit twin"):
-        st = stats(s for s in out.scored if s.split == split
-                   or (split.startswith("held-out ") and s.split == "held-out"
-                       and s.row_id not in twins))
-        print(f"{split:8} scored {st.count:5}  TTFT mean {_pct(st.ttft_mean):>7} median "
+    held = [s for s in out.scored if s.split == "held-out"]
+    for label, sel in (("fit", [s for s in out.scored if s.split == "fit"]),
+                       ("held-out", held),
+                       ("held-out without a fit twin", [s for s in held if s.row_id not in twins])):
+        st = stats(sel)
+        print(f"{label:8} scored {st.count:5}  TTFT mean {_pct(st.ttft_mean):>7} median "
               f"{_pct(st.ttft_median):>7}  TPOT mean {_pct(st.tpot_mean):>7} median "
               f"{_pct(st.tpot_median):>7}")
     reasons = Counter(e.reason for _, e in out.not_expressible)

@@ -337,7 +337,7 @@ class RooflineStepTime:
         "_draft_modules",
         "_draft_passes",
         "_eager_s",
-        "_graphs",
+        "_replays_graph",
         "_target",
         "arch",
         "hardware",
@@ -358,7 +358,7 @@ class RooflineStepTime:
         self._cpu_s = cfg.overhead_s
         self._cpu_per_request_s = cfg.overhead_per_request_s
         self._eager_s = self._target.kernels * cfg.eager_kernel_s
-        self._graphs = cfg.replays_graph if cfg.cuda_graph_batch_sizes is not None else None
+        self._replays_graph = cfg.replays_graph
         self._draft_eager_s = 0.0
         self._draft_passes = draft_passes_decode
         self._draft_modules = draft_modules_prefill
@@ -381,10 +381,7 @@ class RooflineStepTime:
     def runs_eager(self, batch: StepBatch) -> bool:
         """Whether the engine runs ``batch`` without a CUDA graph: a step with a prefill
         chunk, or a decode batch with no captured graph (``cuda_graph_batch_sizes``)."""
-        if batch.prefill_tokens:
-            return True
-        graphs = self._graphs
-        return graphs is not None and not graphs(batch.decode_requests)
+        return bool(batch.prefill_tokens) or not self._replays_graph(batch.decode_requests)
 
     def step_time_s(self, batch: StepBatch, eager: bool | None = None) -> float:
         """Seconds of one engine step computing ``batch`` (see the module docstring).
