@@ -427,13 +427,24 @@ RESPONSE_RULE_PROFILES: dict[tuple[str, str], int] = {
     ("trtllm", "llama-3.1-8b"): 11, ("sglang", "deepseek-v3"): 12,
     ("sglang", "llama-3.1-8b"): 15, ("vllm", "llama-3.1-70b"): 1,
     ("vllm", "llama-3.1-8b"): 3,
+    # thirteenth round, the models added then (fit rows of the full run, 2026-12-03)
+    ("sglang", "qwen3-32b"): 56, ("sglang", "qwen3-235b-a22b"): 23,
+    ("trtllm", "gpt-oss-120b"): 6, ("trtllm", "kimi-k2.5"): 0,
+    ("trtllm", "qwen3-235b-a22b"): 6, ("trtllm", "qwen3-32b"): 9,
+    ("vllm", "gpt-oss-120b"): 4, ("vllm", "kimi-k2.5"): 7, ("vllm", "minimax-m2.5"): 6,
+    ("vllm", "qwen3-235b-a22b"): 5, ("vllm", "qwen3-32b"): 10,
 }
 """Per serving stack and shipped model profile, the first response's delay fitted the same
 way to that model's fit rows alone: the fit rows of one stack pull apart by model
 (TensorRT-LLM, its eager steps priced: DeepSeek 10, Llama-3.1-70B 1), and a delay per
 stack and model carries better to deployments it was not fitted to than one per stack
 (5-fold cross-validation on the fit rows, folds by deployment; ``python -m
-validation.silicon_gap --fit-response``; docs/step-time.md, "The first response")."""
+validation.silicon_gap --fit-response``; docs/step-time.md, "The first response"). The
+entries of the thirteenth round's models (Qwen3, MiniMax-M2.5, Kimi-K2.5, gpt-oss-120b)
+were fitted the same way on their fit rows of the full run, each row's TTFT re-priced at
+other delays from its own simulated TPOT, without cross-validation; SGLang's Qwen3-32B
+wants 56 steps, far more than any response delay, so there it stands for a cost pdsim
+does not model (docs/step-time.md, "The first response")."""
 
 
 def response_delay_steps(rule: str, profile: str | None) -> int:

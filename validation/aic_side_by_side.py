@@ -167,18 +167,23 @@ def predict(rows: Sequence[SiliconRow], python: str, jobs: int = 1) -> list[dict
                  for _ in range(jobs)]
         outs = [stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
                 for _ in range(jobs)]
+        # stderr to files, not pipes: a worker blocked on a full pipe would wait for the
+        # workers before it to finish (AIConfigurator logs freely)
+        errs = [stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
+                for _ in range(jobs)]
         for i, r in enumerate(rows):
             feeds[i % jobs].write(json.dumps(r.fields) + "\n")
         procs = []
-        for feed, out in zip(feeds, outs, strict=True):
+        for feed, out, err_file in zip(feeds, outs, errs, strict=True):
             feed.seek(0)
             procs.append(subprocess.Popen([python, str(WORKER)], stdin=feed, stdout=out,
-                                          stderr=subprocess.PIPE, text=True,
+                                          stderr=err_file, text=True,
                                           env={**os.environ, **AIC_ENV}))
-        for proc, out in zip(procs, outs, strict=True):
-            _, err = proc.communicate()
+        for proc, out, err_file in zip(procs, outs, errs, strict=True):
+            proc.wait()
             if proc.returncode != 0:
-                tail = err.strip().splitlines()[-1:] or ["no output"]
+                err_file.seek(0)
+                tail = err_file.read().strip().splitlines()[-1:] or ["no output"]
                 raise InputError(f"--aic-python: the estimate failed ({tail[0]})")
             out.seek(0)
             by_id.update((d["id"], d) for d in map(json.loads, out.read().splitlines()))

@@ -60,11 +60,19 @@ MODEL_PROFILES: dict[str, str] = {
     "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
     "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
     "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+    "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
+    "moonshotai/Kimi-K2.5": "kimi-k2.5",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
 }
 """Checkpoints whose architecture a shipped model profile is (R1, V3 and V3.1 share V3's
-architecture; the NVIDIA checkpoints are quantisations of the same models)."""
+architecture; the NVIDIA checkpoints and Qwen3-235B-A22B-FP8 are quantisations of the same
+models; each profile's architecture is its checkpoint's config.json, as bundled with
+AIConfigurator at 095f58a, ``aic-core/src/aiconfigurator_core/model_configs/``)."""
 
-MOE_PROFILES = frozenset({"deepseek-v3"})
+MOE_PROFILES = frozenset({"deepseek-v3", "qwen3-235b-a22b", "minimax-m2.5", "kimi-k2.5",
+                          "gpt-oss-120b"})
 MTP_PROFILES = frozenset({"deepseek-v3"})
 """Profiles whose checkpoint ships an MTP head (so a row may have been measured with MTP)."""
 
@@ -549,6 +557,8 @@ class Plan:
     measured_on: str = ""
     """The day the row was measured (``measured=`` of its source, YYYY-MM-DD); '' if not
     given."""
+    backend_version: str = ""
+    """The serving engine's version as the row records it ('' if not given)."""
 
 
 def _dtype(quant: str, precision: str, default: str) -> str:
@@ -560,6 +570,17 @@ def _dtype(quant: str, precision: str, default: str) -> str:
 
 
 _HEADS: dict[str, int] = {}
+_WEIGHT_DTYPES: dict[str, str] = {}
+
+
+def profile_weight_dtype(model: str) -> str:
+    """The weight dtype of a shipped model profile's checkpoint (a row whose quant modes and
+    precision are empty ran the checkpoint as released)."""
+    if model not in _WEIGHT_DTYPES:
+        from pdsim.perf.profiles import load_model_architecture
+
+        _WEIGHT_DTYPES[model] = load_model_architecture(model, "model").weight_dtype
+    return _WEIGHT_DTYPES[model]
 
 
 def attention_heads(model: str) -> int:
@@ -587,7 +608,7 @@ def plan_row(row: SiliconRow) -> Plan:
     if c is None:
         raise NotExpressible("no concurrency in the row")
     moe = model in MOE_PROFILES
-    default = "fp8" if model == "deepseek-v3" else "bf16"
+    default = profile_weight_dtype(model)
     wd = _dtype(f["gemm_quant_mode"], f["precision"], default)
     ed = _dtype(f["moe_quant_mode"], f["precision"], wd) if moe else wd
     roles: dict[str, Layout] = {}
@@ -610,7 +631,8 @@ def plan_row(row: SiliconRow) -> Plan:
     attention_dp = any(lay.dp > 1 for lay in roles.values())
     plan = Plan(row.id, model, hardware, wd, ed, f["mode"], c, int(f["isl"]), int(f["osl"]),
                 BLOCK_TOKENS.get(f["backend"], 16), roles, f["backend"], kv,
-                row_protocol(row), mtp_drafts(row, attention_dp), row.measured_on)
+                row_protocol(row), mtp_drafts(row, attention_dp), row.measured_on,
+                f["backend_version"])
     for lay in roles.values():
         if not _weights_fit(plan, lay):
             raise NotExpressible(NO_FIT_REASON, f"{plan.backend} on {plan.hardware}")
@@ -705,7 +727,33 @@ def _step_time(plan: Plan, lay: Layout) -> dict[str, Any]:
         st["kernel_rule"] = KERNEL_RULES[plan.backend]
     if plan.backend == "trtllm":
         st["free_gpu_memory_fraction"] = TRTLLM_FREE_GPU_MEMORY_FRACTION
+    if schedules_async(plan):
+        st["async_scheduling"] = True
     return st
+
+
+VLLM_ASYNC_SCHEDULING_SINCE = (0, 14)
+"""The first vLLM release whose engine schedules asynchronously by default (vLLM PR
+#27614, the last item of the async scheduling plan, vllm-project/vllm issue #27679, merged
+for v0.14; before it ``--async-scheduling`` was opt-in, and AIConfigurator's generator
+and the InferenceMAX recipes do not pass it)."""
+
+
+def schedules_async(plan: Plan) -> bool:
+    """Whether the row's engine ran with async scheduling: vLLM rows whose recorded version
+    is at least ``VLLM_ASYNC_SCHEDULING_SINCE`` or a nightly build (rows without a version
+    keep the synchronous loop the vLLM CPU costs were fitted to)."""
+    if plan.backend != "vllm" or not plan.backend_version:
+        return False
+    v = plan.backend_version
+    if v.startswith("nightly"):
+        return True
+    parts = v.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return False
+    return (major, minor) >= VLLM_ASYNC_SCHEDULING_SINCE
 
 
 def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:
@@ -979,11 +1027,13 @@ def stratified_sample(rows: Sequence[SiliconRow], n: int | None) -> list[Silicon
 
 CI_ROWS_PER_SPLIT = 10
 CI_COST_LIMIT = 300_000
-CI_MEASURED_ON = ("2026-12-03 on issue 25's eleventh round (TensorRT-LLM's steps without "
-                  "a CUDA graph priced, its first-response delays re-fitted)")
+CI_MEASURED_ON = ("2026-12-03 on issue 25's thirteenth round (Qwen3-32B, Qwen3-235B-A22B, "
+                  "MiniMax-M2.5, Kimi-K2.5 and gpt-oss-120b expressible, so the slice's "
+                  "partitions hold their rows; vLLM v0.14+ rows scheduled asynchronously; "
+                  "the new models' first-response delays fitted)")
 CI_MEASURED_MEAN_APE: dict[tuple[str, str], float] = {
-    ("fit", "ttft"): 29.6, ("fit", "tpot"): 8.8,
-    ("held-out", "ttft"): 24.0, ("held-out", "tpot"): 8.4,
+    ("fit", "ttft"): 28.1, ("fit", "tpot"): 13.8,
+    ("held-out", "ttft"): 32.3, ("held-out", "tpot"): 13.8,
 }
 """The CI slice's mean absolute percentage errors as measured (``CI_MEASURED_ON``) by
 scoring ``ci_slice(load_sample())`` with ``score_row``; the test fails 5 points above."""
@@ -1511,7 +1561,11 @@ def render(out: Outcome, meta: Meta) -> str:
         "engine stepping together (`attention_dp_size`, docs/step-time.md; requests to ranks "
         "by the backend's balance, `attention_dp_balance`: TensorRT-LLM's, vLLM's, SGLang's "
         "round robin); `model` and `hardware` from the shipped "
-        "profiles, the MoE layers at the backend's own kernels (`kernel_rule`: the "
+        "profiles (`MODEL_PROFILES`: DeepSeek-R1/V3/V3.1, Llama-3.1-70B and -8B, Qwen3-32B, "
+        "Qwen3-235B-A22B, MiniMax-M2.5, Kimi-K2.5 and gpt-oss-120b, each from its "
+        "checkpoint's config.json; one set of constants for all of them, none fitted per "
+        "model but the first-response delay), the MoE layers at the backend's own kernels "
+        "(`kernel_rule`: the "
         "per-pair cost fitted to that engine's measured MoE layers, `KERNEL_RULES`, "
         "docs/step-time.md); weight and expert dtypes from `gemm_quant_mode` / `moe_quant_mode` "
         "(fp8 and fp8_block: fp8; nvfp4; int4_wo: int4; empty: the `precision` column, else "
@@ -1537,7 +1591,11 @@ def render(out: Outcome, meta: Meta) -> str:
         "the row gives one; round-robin routing; no speculation. A row whose tensor-parallel "
         "size does not divide the model's attention heads (DeepSeek's 128 MLA heads at TP "
         "48 or 72) is not expressible: no engine shards attention so, so the row's recorded "
-        "layout is not the one that ran.")
+        "layout is not the one that ran. vLLM rows of v0.14 or later (and nightly builds) "
+        "run with async scheduling, as those releases do by default "
+        "(`VLLM_ASYNC_SCHEDULING_SINCE`, `step_time.async_scheduling`: the loop's CPU costs "
+        "overlap the GPU's step instead of adding to it); earlier and unversioned vLLM rows "
+        "keep the synchronous loop the vLLM CPU costs were fitted to.")
     add(f"- **MTP.** The sample has no speculative-decoding column. A row whose recorded "
         f"serving image only MTP recipes used (`MTP_RECIPES`) runs MTP: InferenceMAX's "
         f"`nvidia-master.yaml` gave `tensorrt-llm/release:1.2.0rc6.post3` from 2026-02-05 to "

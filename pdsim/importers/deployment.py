@@ -192,6 +192,13 @@ class _Importer:
                 st["kv_cache_dtype"] = kv
         if args.gpu_memory_utilization is not None:
             st["gpu_memory_utilization"] = args.gpu_memory_utilization
+        # vLLM schedules asynchronously by default from v0.14 (the loop's CPU costs overlap
+        # the GPU's step); --no-async-scheduling, or an older vLLM, runs the synchronous loop
+        st["async_scheduling"] = (True if args.async_scheduling is None
+                                  else args.async_scheduling)
+        if args.async_scheduling is None:
+            self.assume(f"{role} step_time.async_scheduling: true (vLLM's default from "
+                        f"v0.14; pass --no-async-scheduling for an earlier vLLM)")
         return st
 
     def scheduler(self, role: str, args: ServeArgs) -> dict[str, Any]:

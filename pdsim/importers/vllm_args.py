@@ -39,6 +39,7 @@ _OPTIONS: dict[str, tuple[str, Kind]] = {
     "max-model-len": ("max_model_len", "str"),
     "enable-prefix-caching": ("enable_prefix_caching", "flag"),
     "enable-chunked-prefill": ("enable_chunked_prefill", "flag"),
+    "async-scheduling": ("async_scheduling", "flag"),
     "long-prefill-token-threshold": ("long_prefill_token_threshold", "int"),
     "num-gpu-blocks-override": ("num_gpu_blocks_override", "int"),
     "kv-cache-memory-bytes": ("kv_cache_memory_bytes", "str"),
@@ -69,7 +70,7 @@ _IGNORED_WITH_VALUE = frozenset({
 })
 _IGNORED_FLAGS = frozenset({
     "enforce-eager", "trust-remote-code", "disable-log-requests", "enable-log-requests",
-    "disable-log-stats", "enable-auto-tool-choice", "async-scheduling", "headless",
+    "disable-log-stats", "enable-auto-tool-choice", "headless",
     "enable-eplb", "enable-dbo", "disable-custom-all-reduce", "enable-sleep-mode",
     "disable-fastapi-docs", "enable-prompt-tokens-details", "enable-server-load-tracking",
     "enable-force-include-usage", "disable-uvicorn-access-log", "enable-request-id-headers",
@@ -97,6 +98,7 @@ class ServeArgs:
     max_model_len: int | None = None
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
+    async_scheduling: bool | None = None
     long_prefill_token_threshold: int | None = None
     num_gpu_blocks_override: int | None = None
     kv_cache_memory_bytes: int | None = None

@@ -317,6 +317,11 @@ class RooflineStepTimeConfig(StrictModel):
     prefill chunk: TensorRT-LLM replays graphs for generation-only batches; a decode batch
     with no captured graph, cuda_graph_batch_sizes), in seconds, on top of
     kernel_latency_s (default: the cpu_cost_rule's; 0 but for trtllm)."""
+    async_scheduling: bool = False
+    """Whether the serving loop prepares step N + 1 on the CPU while the GPU runs step N
+    (vLLM's ``--async-scheduling``, on by default from v0.14): the step's CPU costs
+    (overhead_s, overhead_per_request_s) then hide under its GPU time, and a step lasts the
+    longer of the two instead of their sum."""
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     """Fraction of GPU memory vLLM may use (sizes the KV cache)."""
     runtime_reserve_gib: NonNegFloat = 2.0

@@ -51,6 +51,14 @@ measured DeepSeek-V3 MoE layers on H100 SXM (aiconfigurator-core 0.12.0 perf dat
 ``pdsim/data/kernels/aic_moe_kernels.csv``), 72 layers of 1,024-16,384 tokens under SGLang,
 TensorRT-LLM and vLLM kernels, the fp8 GEMM efficiency fitted first; median error 36.8%
 without it, 29.1% with it."""
+MOE_PAIR_HIDDEN_SIZE = 7168
+"""The hidden width the per-pair MoE costs were fitted at (DeepSeek-V3's). The work per
+routed pair (permuting, quantising and combining one token's row) is a row of the hidden
+width, so a model's pair cost is ``moe_pair_s x hidden_size / MOE_PAIR_HIDDEN_SIZE``: on
+AIConfigurator's measured MoE layers of MiniMax-M2.5 (hidden 3,072) and Qwen3-235B-A22B
+(4,096) the pair cost fitted per GPU and engine is a median 0.52 and 0.46 of DeepSeek-V3's
+(the width ratios are 0.43 and 0.57; docs/step-time.md, "Per-pair handling of routed
+tokens")."""
 MOE_PAIR_S_BY_ENGINE: dict[KernelEngine, float] = {
     "trtllm": 6.67e-8, "sglang": 1.45e-8, "vllm": 2.1e-8}
 """The H100 fit per engine (``tools/fit_moe_kernels.py --by-backend``): 36 TensorRT-LLM, 18

@@ -31,7 +31,9 @@ Operator groups of one forward pass (per GPU of the instance):
   engine runs without a CUDA graph (one with a prefill chunk, or a decode batch with no
   captured graph, ``cuda_graph_batch_sizes``) ``eager_kernel_s`` per kernel of its
   forwards, the host's launches a graph replay would have spared (TensorRT-LLM replays
-  graphs for generation-only batches; 0 for the other rules).
+  graphs for generation-only batches; 0 for the other rules); under ``async_scheduling``
+  the per-step and per-request CPU costs overlap the GPU's work, so the step lasts the
+  longer of the two.
 
 The drafter adds its forwards: the first over every position the target computed this
 step (the verified positions and the prefill chunk), further ones of one token per
@@ -64,6 +66,7 @@ from pdsim.perf.base import StepBatch
 from pdsim.perf.collectives import DISPATCH_BYTES, allreduce_lines, alltoall_lines
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.perf.hardware import HardwareSpec
+from pdsim.perf.kernels import MOE_PAIR_HIDDEN_SIZE
 from pdsim.perf.routing import (
     effective_tokens,
     expected_max_standard_normal,
@@ -219,15 +222,17 @@ class _Stack:
         # handles every pair of its tokens when TP slices the experts, 1/EP of them when
         # EP <= TP shards them, its rank's share (k / TP per token) when EP spans ranks;
         # moe_pair_s is per byte of an expert weight (fp8's), so 4-bit experts pay about
-        # half and bf16 ones twice
+        # half and bf16 ones twice; and it is per row of the fit's hidden width
+        # (MOE_PAIR_HIDDEN_SIZE), so a narrower model pays proportionally less
         z = expected_max_standard_normal(ep) if ep > 1 else 0.0
         pair_split = tp if ep > tp else ep
+        pair_s = cfg.moe_pair_s * h / MOE_PAIR_HIDDEN_SIZE
         self.ep_ranks = ep
         self.moe = tuple(
             (n * (e / shard) * eb * we / bw_e,
              log_miss_per_token(e, k, routing.load_cv),
              shard / tp,
-             n * (2.0 * k * eb / tp / gemm_e + k / pair_split * cfg.moe_pair_s * we),
+             n * (2.0 * k * eb / tp / gemm_e + k / pair_split * pair_s * we),
              n * 2.0 * eb * half * (e / shard) / gemm_e,
              z,
              routing.load_cv ** 2 * ep / e,
@@ -330,6 +335,7 @@ class RooflineStepTime:
     """
 
     __slots__ = (
+        "_cpu_overlaps",
         "_cpu_per_request_s",
         "_cpu_s",
         "_draft",
@@ -357,6 +363,7 @@ class RooflineStepTime:
             replicated_params=0.0, fixed_s=0.0, extra_kernels=0)
         self._cpu_s = cfg.overhead_s
         self._cpu_per_request_s = cfg.overhead_per_request_s
+        self._cpu_overlaps = cfg.async_scheduling
         self._eager_s = self._target.kernels * cfg.eager_kernel_s
         self._replays_graph = cfg.replays_graph
         self._draft_eager_s = 0.0
@@ -395,15 +402,28 @@ class RooflineStepTime:
         tokens = p + q
         if eager is None:
             eager = self.runs_eager(batch)
-        # CPU work of the serving loop: per step, and per request scheduled in it
-        t = self._cpu_s + self._cpu_per_request_s * (r + (1 if p else 0))
+        # CPU work of the serving loop: per step, and per request scheduled in it; with
+        # async scheduling it runs beside the GPU's work of the step before
+        cpu = self._cpu_s + self._cpu_per_request_s * (r + (1 if p else 0))
+        t = 0.0 if self._cpu_overlaps else cpu
         if eager:
             t += self._eager_s
         if tokens:
             t += self._target.time_s(tokens, q + (1 if p else 0), p, pairs, r, q, ctx)
+        if self._draft is not None:
+            t = self._add_draft_s(t, batch, eager)
+        return max(cpu, t) if self._cpu_overlaps else t
+
+    def _add_draft_s(self, t: float, batch: StepBatch, eager: bool) -> float:
+        """``t`` plus the seconds of the drafter's forwards in a step computing ``batch``
+        (added one forward at a time)."""
         draft = self._draft
-        if draft is None:
-            return t
+        assert draft is not None
+        p = batch.prefill_tokens
+        r = batch.decode_requests
+        q = batch.decode_tokens
+        ctx = batch.decode_context_tokens
+        pairs = batch.prefill_attention_pairs
         pre = p + batch.drafter_repair_tokens
         passes = self._draft_passes if r else 0
         modules = self._draft_modules if pre else 0

@@ -218,3 +218,18 @@ def test_a_missing_hf_config_of_a_deployment_file_names_the_field(tmp_path: Path
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert (f"error: {dep}: hf_config: {tmp_path / 'nope' / 'config.json'}: no such file "
             "(a path relative to the deployment file)") in " ".join(res.output.split())
+
+
+@pytest.mark.parametrize(("flag", "overlaps"), [("", True), (" --async-scheduling", True),
+                                                 (" --no-async-scheduling", False)])
+def test_async_scheduling_is_vllms_default_unless_turned_off(flag: str,
+                                                             overlaps: bool) -> None:
+    # vLLM schedules asynchronously by default from v0.14; the import says so when the
+    # command does not, and --no-async-scheduling keeps the synchronous loop
+    res = import_deployment([RoleCommand("colocated", "vllm serve meta-llama/Llama-3.1-8B"
+                                         + flag)],
+                            read_hf_config(DATA / "hf_configs" / "Llama-3.1-8B.config.json"))
+    assert res.config["step_time"]["async_scheduling"] is overlaps
+    said = [a for a in res.assumed if "async_scheduling" in a]
+    assert bool(said) is (flag == "")
+    assert not any("async-scheduling" in i for i in res.ignored)

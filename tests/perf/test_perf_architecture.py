@@ -95,11 +95,13 @@ def test_expected_experts_touched() -> None:
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3", "inkling-small", "qwen3-next-80b-a3b",
-                                  "llama-3.1-8b", "llama-3.1-70b", "nemotron-h-8b"])
+                                  "llama-3.1-8b", "llama-3.1-70b", "nemotron-h-8b",
+                                  "qwen3-32b", "qwen3-235b-a22b", "minimax-m2.5",
+                                  "kimi-k2.5", "gpt-oss-120b"])
 def test_published_parameter_counts(name: str) -> None:
     a = load_model_architecture(name)
     assert a.published_total_params_b is not None
     assert S.total_params(a) / 1e9 == pytest.approx(a.published_total_params_b, rel=0.02)
-    if name in ("deepseek-v3", "inkling-small"):
+    if name in ("deepseek-v3", "inkling-small", "qwen3-235b-a22b", "kimi-k2.5"):
         assert a.published_active_params_b is not None
         assert S.active_params(a) / 1e9 == pytest.approx(a.published_active_params_b, rel=0.03)

@@ -314,6 +314,54 @@ def test_cpu_cost_rule_defaults_and_overrides() -> None:
     assert err.value.path == "step_time.cpu_cost_rule" and "vllm" in err.value.message
 
 
+@pytest.mark.parametrize("rule", ["vllm", "sglang", "pdsim"])
+def test_async_scheduling_hides_the_loops_cpu_costs_under_the_gpu_step(rule: str) -> None:
+    # async scheduling prepares the next step while the GPU runs this one: the step lasts
+    # the longer of its CPU costs and its GPU work, never their sum
+    sync_cfg = RooflineStepTimeConfig(model="llama-3.1-8b", hardware="h100-sxm",
+                                      cpu_cost_rule=rule)
+    sync = RooflineStepTime(sync_cfg)
+    async_ = RooflineStepTime(sync_cfg.model_copy(update={"async_scheduling": True}))
+    gpu_only = RooflineStepTime(sync_cfg.model_copy(
+        update={"overhead_s": 0.0, "overhead_per_request_s": 0.0}))
+    for batch in (decode(1, 500), decode(64, 2000), decode(512, 3000), prefill(4096),
+                  StepBatch(256, 256 * 128.5, 31, 31, 31 * 1000)):
+        r = batch.decode_requests + (1 if batch.prefill_tokens else 0)
+        cpu = sync_cfg.overhead_s + sync_cfg.overhead_per_request_s * r
+        gpu = gpu_only.step_time_s(batch)
+        assert sync.step_time_s(batch) == pytest.approx(cpu + gpu, rel=1e-12)
+        assert async_.step_time_s(batch) == pytest.approx(max(cpu, gpu), rel=1e-12)
+        assert async_.step_time_s(batch) < sync.step_time_s(batch)
+    # a small model's decode step at a large batch can be CPU-bound even so (vLLM's loop
+    # costs 32 us a request): then the CPU cost is the step
+    if rule == "vllm":
+        batch = decode(512, 100)
+        cpu = sync_cfg.overhead_s + sync_cfg.overhead_per_request_s * 512
+        assert gpu_only.step_time_s(batch) < cpu == pytest.approx(async_.step_time_s(batch))
+
+
+def test_moe_pair_cost_scales_with_the_hidden_width() -> None:
+    # the per-pair work is one token's row of the hidden width: the fitted cost is at
+    # DeepSeek-V3's 7,168, so a model of half the width pays half per pair
+    from pdsim.perf.kernels import MOE_PAIR_HIDDEN_SIZE
+    from pdsim.perf.profiles import load_model_architecture
+
+    assert load_model_architecture("deepseek-v3").hidden_size == MOE_PAIR_HIDDEN_SIZE
+    for name in ("deepseek-v3", "minimax-m2.5"):
+        arch = load_model_architecture(name)
+        costs = [RooflineStepTime(RooflineStepTimeConfig(
+            model=name, hardware="b200", tensor_parallel_size=8, moe_pair_s=c))
+            for c in (0.0, 1e-8)]
+        n = 8192
+        batch = prefill(n)
+        pairs = sum(b.num_layers * b.ffn.top_k for b in arch.blocks
+                    if hasattr(b.ffn, "top_k")) * n
+        extra = costs[1].step_time_s(batch) - costs[0].step_time_s(batch)
+        # every GPU of TP 8 handles every pair of its tokens (experts sliced), fp8 bytes 1
+        assert extra == pytest.approx(pairs * 1e-8 * arch.hidden_size / MOE_PAIR_HIDDEN_SIZE,
+                                      rel=1e-6)
+
+
 def test_eager_steps_pay_the_host_launch_of_every_kernel() -> None:
     # a step with a prefill chunk runs without a CUDA graph: under the trtllm rule it pays
     # eager_kernel_s per kernel of the forward on top of pdsim's rule (whose is 0); a

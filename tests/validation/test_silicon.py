@@ -90,7 +90,7 @@ def test_fit_twins_are_held_out_rows_measured_as_a_fit_row(
 
 
 @pytest.mark.parametrize(("over", "reason"), [
-    ({"model_path": "openai/gpt-oss-120b"}, "no pdsim model profile"),
+    ({"model_path": "zhipuai/GLM-5"}, "no pdsim model profile"),
     ({"system": "b300_sxm"}, "no pdsim hardware profile"),
     ({"pp_size": "2"}, "pipeline parallelism (pp > 1)"),
     ({"tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "4", "moe_ep_size": "2"},
@@ -121,16 +121,18 @@ def test_reason_counts_over_the_sample(sample: list[S.SiliconRow]) -> None:
         except S.NotExpressible as exc:
             reasons[exc.reason] += 1
     assert reasons == {
-        "no pdsim model profile": 2298,
-        "disagg row without worker counts": 887,
-        "no pdsim hardware profile": 434,
+        "no pdsim model profile": 465,
+        "disagg row without worker counts": 962,
+        "no pdsim hardware profile": 566,
         "MoE hybrid tensor x expert parallelism across attention-DP ranks (moe_tp > 1, "
-        "moe_ep > 1, attention_dp > 1)": 37,
-        "MoE tensor parallelism across attention-DP ranks": 31,
+        "moe_ep > 1, attention_dp > 1)": 45,
+        "MoE tensor parallelism across attention-DP ranks": 33,
         "tensor parallel size does not divide the attention heads": 53,
         "weights do not fit the GPUs under the backend's default memory rule": 10,
+        "inconsistent MoE parallel sizes (moe_tp x moe_ep != tp x attention_dp)": 19,
+        "no concurrency in the row": 7,
     }
-    assert len(sample) - sum(reasons.values()) == 1471
+    assert len(sample) - sum(reasons.values()) == 3061
 
 
 def test_hybrid_moe_layout_is_one_tp_group_with_expert_groups() -> None:
@@ -511,6 +513,42 @@ def test_no_evict_reservation_is_the_mean_over_inferencemax_drawn_lengths() -> N
     blocks = cfg.num_blocks(R.COLOCATED)
     assert seqs == min(128, int(blocks // brute))
     assert blocks // -(-(1024 + 8192) // 32) < 128 <= seqs
+
+
+@pytest.mark.parametrize(("version", "runs_async"), [
+    ("0.14.0", True), ("0.19.0", True), ("1.0.0", True), ("nightly-5b8c30d62b754b57", True),
+    ("0.12.0", False), ("0.11.2", False), ("", False), ("main", False)])
+def test_vllm_rows_schedule_async_from_v0_14(version: str, runs_async: bool) -> None:
+    # vLLM schedules asynchronously by default from v0.14: those rows' CPU costs overlap
+    # the GPU's step; other backends and older or unversioned vLLM rows keep the sum
+    row = _row(backend="vllm", backend_version=version, model_path="openai/gpt-oss-120b",
+               gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4")
+    st = S.build_config(S.plan_row(row))["cluster"]["colocated"]["step_time"]
+    assert st.get("async_scheduling", False) is runs_async
+    assert st["cpu_cost_rule"] == "vllm"
+    trt = S.build_config(S.plan_row(_row(backend_version="1.2.0")))
+    assert "async_scheduling" not in trt["cluster"]["colocated"]["step_time"]
+
+
+def test_every_mapped_checkpoint_is_a_shipped_profile() -> None:
+    # each checkpoint the suite maps runs as a shipped model profile, MoE ones as MoE;
+    # a row with no quant mode and no precision runs the checkpoint's own dtype
+    from pdsim.perf.architecture import MoEFFN
+    from pdsim.perf.profiles import load_model_architecture
+
+    for checkpoint, profile in S.MODEL_PROFILES.items():
+        arch = load_model_architecture(profile)
+        moe = any(isinstance(b.ffn, MoEFFN) for b in arch.blocks)
+        assert moe is (profile in S.MOE_PROFILES), checkpoint
+    plan = S.plan_row(_row(model_path="MiniMaxAI/MiniMax-M2.5", backend="vllm",
+                           backend_version="0.19.0", precision="", gemm_quant_mode="",
+                           moe_quant_mode=""))
+    assert (plan.model, plan.weight_dtype, plan.expert_weight_dtype) == (
+        "minimax-m2.5", "fp8", "fp8")
+    plan = S.plan_row(_row(model_path="Qwen/Qwen3-32B", backend="vllm", precision="",
+                           gemm_quant_mode="", moe_quant_mode="", moe_tp_size="1",
+                           tp_size="1"))
+    assert (plan.model, plan.weight_dtype) == ("qwen3-32b", "bf16")
 
 
 @pytest.mark.parametrize(("over", "interval"), [
