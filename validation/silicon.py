@@ -386,6 +386,46 @@ def mtp_drafts(row: SiliconRow, attention_dp: bool) -> int:
     return 0
 
 
+INFERENCEMAX_DISAGG_ONLY_SYSTEMS: dict[str, str] = {
+    "gb200": ("every GB200 recipe of InferenceMAX was a multi-node Dynamo disaggregated one: "
+              "runners/launch_gb200-nv.sh and .github/workflows/gb200-tests.yml at 0ba7aa3 "
+              "(2025-11-17) ran submit_disagg.sh only, and every gb200 entry of "
+              ".github/configs/nvidia-master.yaml from 2025-12 to 2026-04 is "
+              "'multinode: true' (dynamo-trt, dynamo-sglang)"),
+}
+"""Systems on which InferenceMAX (SemiAnalysisAI/InferenceX) ran no aggregated recipe. The
+sample's InferenceMAX rows on them marked ``agg`` record a TP of 12 to 72 GPUs (the run's
+whole P + D GPU count, DeepSeek-R1 on GB200, 2025-11-16/17): disaggregated runs whose P/D
+split the dump lost, so the layout pdsim would run is not the one measured."""
+
+
+@dataclass(frozen=True)
+class RecipeSearchSpace:
+    """The concurrencies an InferenceMAX recipe ran: every version of its
+    ``nvidia-master.yaml`` entry (``recipe``) searched ``conc-start`` .. ``max_concurrency``
+    for ``model`` served by ``backend`` on ``system``. A row of it at a larger concurrency
+    records a client concurrency the recipe never ran."""
+
+    recipe: str
+    model: str
+    backend: str
+    system: str
+    max_concurrency: int
+
+
+RECIPE_SEARCH_SPACES: tuple[RecipeSearchSpace, ...] = (
+    RecipeSearchSpace("gptoss-fp4-h100-vllm", "openai/gpt-oss-120b", "vllm", "h100_sxm", 64),
+)
+"""Checked in SemiAnalysisAI/InferenceX: ``gptoss-fp4-h100-vllm`` from its first version
+(17d5e204f, 2025-11-03) to its last (9d59b9ef9, 2026-06-24) searched concurrency 4 to 64 at
+every sequence length and TP (16 for TP8 at 8K/1K), and its script
+(``benchmarks/gptoss_fp4_h100*.sh``) sets ``--max-num-seqs`` to the concurrency. The
+sample's nine rows of it at concurrency 512 (2025-12-05 and -08, vLLM 0.11.2 or no version)
+measured TPOTs below the same deployment's concurrency-8 rows with TTFTs of 20-460 s: not
+512 requests running at once. Only recipes whose rows were checked against their search
+space are listed."""
+
+
 LIKELY_MTP_RATIO = 1.5
 """A row of an MTP-capable model whose pdsim TPOT (no speculation) exceeds the measured by
 this factor is flagged as likely measured with MTP (a flag for reporting, not a fit)."""
@@ -593,9 +633,65 @@ def attention_heads(model: str) -> int:
     return _HEADS[model]
 
 
+def recipe_layout_fields(row: SiliconRow) -> dict[str, str]:
+    """The row's fields with the layout its recipe ran, where the InferenceMAX exports
+    multiplied it out.
+
+    InferenceMAX's agg recipes with expert parallelism ran ``tp`` GPUs on one node with
+    ``ep`` = ``tp`` (SemiAnalysisAI/InferenceX ``nvidia-master.yaml``: ``dsr1-fp8-h200-trt``
+    at 2026-01-14 searched ``{tp: 8, ep: 8}`` only, "EP=TP"; ``gptoss-fp4-h200-trt`` at
+    2025-12-15 ``tp = ep`` in 1, 2, 4, 8, its TP8 entry to concurrency 8;
+    ``dsr1-fp4-b200-sglang`` at 2026-03-25 ``{tp: 4, ep: 4}`` and ``{tp: 8, ep: 8}``;
+    ``minimaxm2.5-fp8-b200-vllm`` at 2026-04-22 ``{tp: 2, ep: 2}`` and ``{tp: 4, ep: 4}``;
+    ``minimaxm2.5-fp8-h100-vllm`` ``{tp: 4, ep: 4}``). The sample records such a run, for
+    k = tp = ep > 1, in one of three multiplied-out forms (tp_size, attention_dp_size,
+    moe_tp_size, moe_ep_size), each k^2 GPUs where k ran; the dated CSVs' ids name the
+    recipe's ``tp`` and ``ep`` (``..._tp8_ep8_1517``) and agree with the reading here:
+
+    - (k^2, 1, k, k), TensorRT-LLM and SGLang: TP k with experts over k GPUs;
+    - (1, k^2, k, k), TensorRT-LLM with attention DP: k attention-DP ranks, experts over
+      k, ``batch_size`` (the concurrency over k^2) scaled to the k ranks;
+    - (k, k, 1, k^2), vLLM's ``--enable-expert-parallel``: TP k, experts over k,
+      ``batch_size`` (the concurrency over k) dropped with the DP ranks.
+
+    Any other row, or a row of another harness, is returned as recorded."""
+    f = row.fields
+    if f["mode"] != "agg" or row_protocol(row) != "inferencemax":
+        return f
+    tp, dp, mtp, mep = (_int(f[k]) for k in
+                        ("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"))
+    bs = f.get("batch_size", "")
+    if mtp == mep > 1 and (tp, dp) == (mep * mep, 1):
+        return {**f, "tp_size": str(mep), "moe_tp_size": "1"}
+    if mtp == mep > 1 and (tp, dp) == (1, mep * mep):
+        per_rank = str(int(bs) * mep) if bs.isdigit() and int(bs) > 0 else bs
+        return {**f, "attention_dp_size": str(mep), "moe_tp_size": "1",
+                "batch_size": per_rank}
+    if mtp == 1 and tp == dp > 1 and mep == tp * tp:
+        return {**f, "attention_dp_size": "1", "moe_ep_size": str(tp),
+                "batch_size": str(row.concurrency or bs)}
+    return f
+
+
+def _check_recipe(row: SiliconRow, concurrency: int) -> None:
+    """``NotExpressible`` where an InferenceMAX row's recorded mode or concurrency is not one
+    its recipes ran (``INFERENCEMAX_DISAGG_ONLY_SYSTEMS``, ``RECIPE_SEARCH_SPACES``)."""
+    f = row.fields
+    if f["mode"] == "agg" and f["system"] in INFERENCEMAX_DISAGG_ONLY_SYSTEMS:
+        raise NotExpressible("InferenceMAX ran only disaggregated recipes on the system "
+                             "(an agg row is a disaggregated run without its P/D split)",
+                             f["system"])
+    for space in RECIPE_SEARCH_SPACES:
+        if ((f["model_path"], f["backend"], f["system"])
+                == (space.model, space.backend, space.system)
+                and concurrency > space.max_concurrency):
+            raise NotExpressible("concurrency outside the recipe's search space",
+                                 f"{space.recipe}: at most {space.max_concurrency}")
+
+
 def plan_row(row: SiliconRow) -> Plan:
     """The pdsim plan of a row, or ``NotExpressible`` with the reason."""
-    f = row.fields
+    f = recipe_layout_fields(row)
     model = MODEL_PROFILES.get(f["model_path"])
     if model is None:
         raise NotExpressible("no pdsim model profile", f["model_path"])
@@ -607,6 +703,8 @@ def plan_row(row: SiliconRow) -> Plan:
     c = row.concurrency
     if c is None:
         raise NotExpressible("no concurrency in the row")
+    if row_protocol(row) == "inferencemax":
+        _check_recipe(row, c)
     moe = model in MOE_PROFILES
     default = profile_weight_dtype(model)
     wd = _dtype(f["gemm_quant_mode"], f["precision"], default)
@@ -1027,12 +1125,11 @@ def stratified_sample(rows: Sequence[SiliconRow], n: int | None) -> list[Silicon
 
 CI_ROWS_PER_SPLIT = 10
 CI_COST_LIMIT = 300_000
-CI_MEASURED_ON = ("2026-12-03 on issue 25's thirteenth round (Qwen3-32B, Qwen3-235B-A22B, "
-                  "MiniMax-M2.5, Kimi-K2.5 and gpt-oss-120b expressible, so the slice's "
-                  "partitions hold their rows; vLLM v0.14+ rows scheduled asynchronously; "
-                  "the new models' first-response delays fitted)")
+CI_MEASURED_ON = ("2026-12-07 on issue 25's fourteenth round (the recipes' layouts where the "
+                  "InferenceMAX exports multiplied them out, the recipe rules of "
+                  "expressibility, MiniMax-M2's all-reduced QK norm)")
 CI_MEASURED_MEAN_APE: dict[tuple[str, str], float] = {
-    ("fit", "ttft"): 28.1, ("fit", "tpot"): 13.8,
+    ("fit", "ttft"): 29.2, ("fit", "tpot"): 14.0,
     ("held-out", "ttft"): 32.3, ("held-out", "tpot"): 13.8,
 }
 """The CI slice's mean absolute percentage errors as measured (``CI_MEASURED_ON``) by
@@ -1591,7 +1688,26 @@ def render(out: Outcome, meta: Meta) -> str:
         "the row gives one; round-robin routing; no speculation. A row whose tensor-parallel "
         "size does not divide the model's attention heads (DeepSeek's 128 MLA heads at TP "
         "48 or 72) is not expressible: no engine shards attention so, so the row's recorded "
-        "layout is not the one that ran. vLLM rows of v0.14 or later (and nightly builds) "
+        "layout is not the one that ran. **The recipe's layout, where the InferenceMAX "
+        "exports multiplied it out** (`recipe_layout_fields`, issue 25's fourteenth round): "
+        "InferenceMAX's agg recipes with expert parallelism ran k = tp = ep GPUs on one node "
+        "(`nvidia-master.yaml`: `dsr1-fp8-h200-trt` searched `{tp: 8, ep: 8}` only, "
+        "`gptoss-fp4-h200-trt` tp = ep in 1, 2, 4, 8, `dsr1-fp4-b200-sglang` `{tp: 4, ep: 4}` "
+        "and `{tp: 8, ep: 8}`, `minimaxm2.5-fp8-b200-vllm` `{tp: 2, ep: 2}` and "
+        "`{tp: 4, ep: 4}`), but the sample records them as k^2 GPUs: (tp_size, "
+        "attention_dp_size, moe_tp_size, moe_ep_size) = (k^2, 1, k, k) for TensorRT-LLM and "
+        "SGLang, (1, k^2, k, k) with attention DP, (k, k, 1, k^2) for vLLM's expert "
+        "parallelism. The dated CSVs' ids name the recipe's tp and ep (`..._tp8_ep8_...`) "
+        "and agree with the reading in every rewritten row, so such a row runs as k GPUs "
+        "with experts over k (its per-rank batch scaled back), not as the 16 or 64 GPUs, "
+        "across nodes, that earlier rounds priced. An InferenceMAX row marked agg on GB200 "
+        "is not expressible: every GB200 recipe of InferenceMAX was a multi-node Dynamo "
+        "disaggregated one (`INFERENCEMAX_DISAGG_ONLY_SYSTEMS`), and those rows' TP of 12-72 "
+        "is the run's whole GPU count. Nor is a row whose concurrency its recipe's search "
+        "space never reached (`RECIPE_SEARCH_SPACES`: `gptoss-fp4-h100-vllm` searched 4-64 "
+        "in every version from 2025-11-03 to 2026-06-24 with `--max-num-seqs` = the "
+        "concurrency; its nine rows at 512 measured TPOTs below the same deployment's at "
+        "concurrency 8). vLLM rows of v0.14 or later (and nightly builds) "
         "run with async scheduling, as those releases do by default "
         "(`VLLM_ASYNC_SCHEDULING_SINCE`, `step_time.async_scheduling`: the loop's CPU costs "
         "overlap the GPU's step instead of adding to it); earlier and unversioned vLLM rows "
@@ -1770,7 +1886,8 @@ def render(out: Outcome, meta: Meta) -> str:
     add("The disagg rows without worker counts (older dumps) give each role's parallelism "
         "but not how many P and D workers ran; AIConfigurator's own scoring cannot run them "
         "either (`cli_estimate` requires `prefill_num_workers` and `decode_num_workers`), "
-        "so they are not guessed here. MoE hybrid TP x EP inside one TP group runs as "
+        "so they are not guessed here. The recipe rules are in \"How a row is run\" "
+        "(Deployment). MoE hybrid TP x EP inside one TP group runs as "
         "pdsim's hybrid layout (`expert_parallel_size` a divisor of `tensor_parallel_size`: "
         "experts over EP groups, each slicing its own); hybrid TP x EP and MoE TP across "
         "attention-DP ranks have no pdsim layout (attention-DP ranks run as the ranks of one "

@@ -66,6 +66,10 @@ class AttentionMixer(StrictModel):
     ``output_gate``: the q projection also emits a sigmoid gate per head (Qwen3-Next's
     gated attention), doubling its width. ``input_size``: width of the q/k/v projections'
     input when it is not the hidden size (an EAGLE-3 layer reads 2 x hidden).
+    ``qk_norm``: where the queries and keys are RMS-normalised before RoPE; ``across_heads``
+    (MiniMax-M2) normalises each token's whole query and whole key vector, so a tensor-
+    parallel engine, whose ranks hold a slice of the heads, all-reduces each token's two
+    partial sums of squares in every layer.
     """
 
     kind: Literal["attention"] = "attention"
@@ -83,6 +87,9 @@ class AttentionMixer(StrictModel):
     """The q projection also emits a sigmoid gate per head (doubles its width)."""
     input_size: PositiveInt | None = None
     """Width of the q/k/v projections' input when not the hidden size; null: hidden size."""
+    qk_norm: Literal["none", "per_head", "across_heads"] = "none"
+    """RMSNorm of queries and keys before RoPE: none, per head (Qwen3: no communication),
+    or across all heads (MiniMax-M2: one all-reduce per layer under tensor parallelism)."""
 
     @model_validator(mode="after")
     def _check(self) -> AttentionMixer:

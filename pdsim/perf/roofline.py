@@ -93,6 +93,8 @@ FFN_KERNELS = {"dense": 4, "moe": 7, "none": 0}
 SHARED_EXPERT_KERNELS = 3
 FORWARD_KERNELS = 5  # embedding, final norm, LM head, sampling (2)
 DRAFTER_EXTRA_KERNELS = 3  # MTP/EAGLE: two input norms and the fusing projection
+QK_NORM_PARTIAL_BYTES = 8.0  # per token: the fp32 sums of squares of its query and its key
+QK_NORM_SPLIT_KERNELS = 1  # the norm split around its all-reduce: sums before, scaling after
 LOGIT_BYTES = 4.0  # fp32 logits
 LOGIT_PASSES = 3.0  # written by the head, read and written by softmax / argmax
 
@@ -140,6 +142,8 @@ class _Stack:
         "lm_s_per_token",
         "lm_weight_s",
         "moe",
+        "norm_ar_count",
+        "norm_ar_lines",
         "rec_s_per_token",
         "sample_s_per_row",
         "state_s_per_request",
@@ -169,7 +173,7 @@ class _Stack:
         moe: dict[tuple[int, int, float], list[float]] = {}
         attn: list[tuple[float, float, float, float]] = []
         rec_flops = state_bytes = 0.0
-        allreduces = alltoalls = 0
+        allreduces = alltoalls = norm_allreduces = 0
         kernels = FORWARD_KERNELS + extra_kernels
         for n, mixer, ffn in layers:
             kernels += n * _layer_kernels(mixer, ffn)
@@ -195,6 +199,11 @@ class _Stack:
             state_bytes += n * state_bytes_per_layer(mixer, arch.state_dtype, tp)
             if not isinstance(mixer, NoMixer):
                 allreduces += n
+            if isinstance(mixer, AttentionMixer) and mixer.qk_norm == "across_heads" and tp > 1:
+                # each rank holds a slice of the heads: the per-token sums of squares of
+                # the query and the key are all-reduced before the norm can scale them
+                norm_allreduces += n
+                kernels += n * QK_NORM_SPLIT_KERNELS
             if isinstance(ffn, MoEFFN) and ep > tp:
                 # the EP group spans attention-DP ranks: tokens move to their experts'
                 # ranks and back; with EP <= TP (EP = TP, or the hybrid layout) every GPU
@@ -253,6 +262,12 @@ class _Stack:
         self.ar_count = allreduces if tp > 1 else 0
         self.ar_small_latency_s, self.ar_small_s_per_token = small
         self.ar_latency_s, self.ar_s_per_token = nccl
+        self.norm_ar_count = norm_allreduces
+        self.norm_ar_lines = allreduce_lines(
+            tp, hw, QK_NORM_PARTIAL_BYTES, nccl_latency_s=cfg.collective_latency_s,
+            nccl_efficiency=cfg.communication_efficiency,
+            custom_latency_s=cfg.custom_allreduce_latency_s,
+            custom_efficiency=cfg.custom_allreduce_efficiency)
         # a2a_count counts dispatch and combine apart; each line is one of the pair, and
         # per token of the instance (each of its TP GPUs sends 1/TP of them)
         self.a2a_count = 2 * alltoalls
@@ -317,6 +332,9 @@ class _Stack:
         if self.ar_count:
             t += self.ar_count * min(self.ar_small_latency_s + tokens * self.ar_small_s_per_token,
                                      self.ar_latency_s + tokens * self.ar_s_per_token)
+        if self.norm_ar_count:
+            (c_lat, c_tok), (n_lat, n_tok) = self.norm_ar_lines
+            t += self.norm_ar_count * min(c_lat + tokens * c_tok, n_lat + tokens * n_tok)
         if self.a2a_count:
             if prefill_tokens:
                 t += self.a2a_count * (self.a2a_prefill_latency_s

@@ -434,3 +434,40 @@ def test_a_decode_batch_without_a_captured_graph_runs_eagerly() -> None:
             **base, "kind": "roofline", "cuda_graph_batch_sizes": []}})
     assert err.value.path == "step_time.cuda_graph_batch_sizes"
     assert "at least 1 item" in str(err.value)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_qk_norm_across_heads_all_reduces_once_a_layer_under_tp(tp: int) -> None:
+    """MiniMax-M2 normalises each token's whole query and key: a TP engine all-reduces two
+    fp32 sums a token in every layer (and splits the norm's kernel around it); a per-head
+    norm, or one GPU, needs nothing."""
+    from pdsim.perf.collectives import allreduce_lines
+    from pdsim.perf.roofline import QK_NORM_PARTIAL_BYTES, QK_NORM_SPLIT_KERNELS
+
+    arch = load_model_architecture("minimax-m2.5")
+    assert arch.blocks[0].mixer.qk_norm == "across_heads"
+    per_head = arch.model_copy(update={"blocks": [
+        b.model_copy(update={"mixer": b.mixer.model_copy(update={"qk_norm": "per_head"})})
+        for b in arch.blocks]})
+    cfgs = [RooflineStepTimeConfig(model=m, hardware="b200", tensor_parallel_size=tp,
+                                   weight_dtype="nvfp4")
+            for m in (arch, per_head)]
+    across, plain = (RooflineStepTime(c) for c in cfgs)
+    layers = sum(b.num_layers for b in arch.blocks)
+    for batch in (decode(16, 2048), prefill(4096)):
+        tokens = batch.prefill_tokens + batch.decode_tokens
+        extra = across.step_time_s(batch) - plain.step_time_s(batch)
+        if tp == 1:
+            assert extra == 0.0
+            continue
+        c = cfgs[0]
+        (c_lat, c_tok), (n_lat, n_tok) = allreduce_lines(
+            tp, load_hardware("b200"), QK_NORM_PARTIAL_BYTES,
+            nccl_latency_s=c.collective_latency_s,
+            nccl_efficiency=c.communication_efficiency,
+            custom_latency_s=c.custom_allreduce_latency_s,
+            custom_efficiency=c.custom_allreduce_efficiency)
+        one = min(c_lat + tokens * c_tok, n_lat + tokens * n_tok)
+        assert one > 0.0
+        assert extra == pytest.approx(layers * (one + QK_NORM_SPLIT_KERNELS
+                                                * c.kernel_latency_s), rel=1e-9)

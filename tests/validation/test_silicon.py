@@ -105,6 +105,15 @@ def test_fit_twins_are_held_out_rows_measured_as_a_fit_row(
     ({"gemm_quant_mode": "w4a8"}, "unknown quant mode"),
     ({"tp_size": "48", "moe_tp_size": "48"},
      "tensor parallel size does not divide the attention heads"),
+    # InferenceMAX's recipes on GB200 were all disaggregated: its agg rows there are not
+    ({"silicon_data_source": "source_file=2026-04-06.csv; silicon_concurrency=538",
+      "system": "gb200", "tp_size": "64", "moe_tp_size": "64"},
+     "InferenceMAX ran only disaggregated recipes on the system (an agg row is a "
+     "disaggregated run without its P/D split)"),
+    ({"silicon_data_source": "source_file=2026-04-06.csv; silicon_concurrency=512",
+      "model_path": "openai/gpt-oss-120b", "backend": "vllm", "system": "h100_sxm",
+      "tp_size": "2", "moe_tp_size": "2"},
+     "concurrency outside the recipe's search space"),
 ])
 def test_not_expressible_reasons(over: dict[str, str], reason: str) -> None:
     with pytest.raises(S.NotExpressible) as exc:
@@ -124,15 +133,15 @@ def test_reason_counts_over_the_sample(sample: list[S.SiliconRow]) -> None:
         "no pdsim model profile": 465,
         "disagg row without worker counts": 962,
         "no pdsim hardware profile": 566,
-        "MoE hybrid tensor x expert parallelism across attention-DP ranks (moe_tp > 1, "
-        "moe_ep > 1, attention_dp > 1)": 45,
         "MoE tensor parallelism across attention-DP ranks": 33,
-        "tensor parallel size does not divide the attention heads": 53,
+        "InferenceMAX ran only disaggregated recipes on the system (an agg row is a "
+        "disaggregated run without its P/D split)": 55,
+        "concurrency outside the recipe's search space": 9,
         "weights do not fit the GPUs under the backend's default memory rule": 10,
         "inconsistent MoE parallel sizes (moe_tp x moe_ep != tp x attention_dp)": 19,
         "no concurrency in the row": 7,
     }
-    assert len(sample) - sum(reasons.values()) == 3061
+    assert len(sample) - sum(reasons.values()) == 3095
 
 
 def test_hybrid_moe_layout_is_one_tp_group_with_expert_groups() -> None:
@@ -666,3 +675,65 @@ def test_ci_slice_error_within_tolerance(sample: list[S.SiliconRow]) -> None:
             if not value <= limit:
                 failures.append(f"{split} {metric} mean error {value:.1f}% > {limit:.1f}%")
     assert not failures, failures
+
+
+def test_recipe_rules_read_only_inferencemax_rows() -> None:
+    """The recipe rules are facts about InferenceMAX's recipes: the same layout from
+    AIConfigurator's own runs (aiperf) stays expressible, and so does the recipe's own
+    largest concurrency."""
+    gb200 = {"system": "gb200", "tp_size": "8", "moe_tp_size": "8", "batch_size": "16",
+             "precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"}
+    S.plan_row(_row(silicon_data_source="/data/gb200/trtllm/x.csv; silicon_concurrency=16",
+                    **gb200))
+    with pytest.raises(S.NotExpressible):
+        S.plan_row(_row(silicon_data_source="source_file=2026-04-06.csv; "
+                        "silicon_concurrency=16", **gb200))
+    oss = {"model_path": "openai/gpt-oss-120b", "backend": "vllm", "system": "h100_sxm",
+           "tp_size": "2", "moe_tp_size": "2", "precision": "fp4", "gemm_quant_mode": "",
+           "moe_quant_mode": ""}
+    assert S.plan_row(_row(silicon_data_source="source_file=2026-04-06.csv; "
+                           "silicon_concurrency=64", **oss)).concurrency == 64
+    assert S.plan_row(_row(silicon_data_source="aic; silicon_concurrency=512",
+                           **oss)).concurrency == 512
+
+
+@pytest.mark.parametrize(("recorded", "ran"), [
+    # (tp_size, attention_dp_size, moe_tp_size, moe_ep_size, batch_size) at concurrency 64
+    (("64", "1", "8", "8", "64"), ("8", "1", "1", "8", "64")),    # TRT-LLM / SGLang TP8 EP8
+    (("16", "1", "4", "4", "64"), ("4", "1", "1", "4", "64")),    # TP4 EP4
+    (("1", "64", "8", "8", "1"), ("1", "8", "1", "8", "8")),      # attention DP 8, EP 8
+    (("4", "4", "1", "16", "16"), ("4", "1", "1", "4", "64")),    # vLLM TP4 + expert parallel
+    (("8", "1", "1", "8", "64"), ("8", "1", "1", "8", "64")),     # already the recipe's
+    (("1", "8", "1", "8", "8"), ("1", "8", "1", "8", "8")),
+    (("8", "1", "8", "1", "64"), ("8", "1", "8", "1", "64")),     # no expert parallelism
+])
+def test_recipe_layout_undoes_the_multiplied_out_exports(
+        recorded: tuple[str, ...], ran: tuple[str, ...]) -> None:
+    keys = ("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size", "batch_size")
+    src = "source_file=2026-04-06.csv; silicon_concurrency=64"
+    row = _row(silicon_data_source=src, **dict(zip(keys, recorded, strict=True)))
+    assert tuple(S.recipe_layout_fields(row)[k] for k in keys) == ran
+    # AIConfigurator's own runs record what they ran: nothing is rewritten
+    aic = _row(silicon_data_source="x; silicon_concurrency=64",
+               **dict(zip(keys, recorded, strict=True)))
+    assert S.recipe_layout_fields(aic) is aic.fields
+
+
+def test_recipe_layouts_agree_with_the_ids_that_name_them(
+        sample: list[S.SiliconRow]) -> None:
+    """The dated CSVs' ids name the recipe's tp and ep (``..._tp8_ep8_1517``): every row
+    the rule rewrites runs on tp GPUs with experts over ep of them."""
+    import re
+
+    name = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+)(?:_0)?_\d+$")
+    checked = 0
+    for r in sample:
+        ran = S.recipe_layout_fields(r)
+        m = name.search(r.id)
+        if ran is r.fields or m is None:
+            continue
+        tp, ep = int(m.group(1)), int(m.group(2))
+        assert S._int(ran["tp_size"]) * S._int(ran["attention_dp_size"]) == tp, r.id
+        assert S._int(ran["moe_ep_size"]) == ep and S._int(ran["moe_tp_size"]) == 1, r.id
+        checked += 1
+    assert checked > 100
