@@ -49,6 +49,7 @@ from validation.silicon import (
     fit_twins,
     load_sample,
     plan_row,
+    recipe_layout_fields,
     split_of,
 )
 
@@ -473,10 +474,30 @@ def doc_section(scores: Iterable[Any], rows: Sequence[SiliconRow],
         "",
         headline(cmp, fit_twins(rows)),
         "",
-        coverage(cmp),
+        coverage(cmp) + " " + layouts_note(cmp, rows),
         "",
         *tables(cmp),
     ]
+
+
+def layouts_note(cmp: Comparison, rows: Sequence[SiliconRow]) -> str:
+    """How many compared rows pdsim runs at their recipe's layout where AIConfigurator, as
+    its own scoring of the sample does, takes the layout the row records
+    (``validation.silicon.recipe_layout_fields``), and both tools' held-out TPOT on the
+    others."""
+    rewritten = {r.id for r in rows if recipe_layout_fields(r) is not r.fields}
+    moved = [p for p in cmp.pairs if p.row_id in rewritten]
+    same = [p for p in cmp.pairs if p.split == "held-out" and p.row_id not in rewritten]
+    if not moved:
+        return ""
+    return (f"{len(moved)} of the compared rows pdsim runs at their recipe's layout, where "
+            "the export multiplied it out (docs/validation-silicon.md, \"How a row is "
+            "run\"), while AIConfigurator, as its own scoring of the sample does, takes the "
+            f"layout the row records; on the {len(same)} held-out rows whose layout both "
+            f"read alike the mean TPOT error is {_mean(p.pdsim_tpot_ape for p in same)} for "
+            f"pdsim and {_mean(p.aic_tpot_ape for p in same)} for AIConfigurator, the mean "
+            f"TTFT error {_mean(p.pdsim_ttft_ape for p in same)} and "
+            f"{_mean(p.aic_ttft_ape for p in same)}.")
 
 
 # ---------------------------------------------------------------------- CLI
@@ -527,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"AIConfigurator: {meta.get('aiconfigurator', '?')}, estimated "
           f"{meta.get('estimated', '?')} ({args.predictions})")
     print(headline(cmp, fit_twins(rows)))
-    print(coverage(cmp))
+    print(coverage(cmp), layouts_note(cmp, rows))
     print()
     print("\n".join(tables(cmp)))
     if cmp.aic_failed:
