@@ -348,11 +348,16 @@ class MtpRecipe:
     models: frozenset[str]
     drafts: int
     drafts_attention_dp: int
+    measured_on: frozenset[str] = frozenset()
+    """Days (YYYY-MM-DD) the MTP recipe's runs were measured, where the STP recipe ran the
+    same image: only rows of those days ran MTP (empty: every row with the image)."""
 
 
 MTP_RECIPES: tuple[MtpRecipe, ...] = (
     MtpRecipe("tensorrt-llm/release:1.2.0rc6.post3", "trtllm", "b200_sxm",
               frozenset({"deepseek-ai/DeepSeek-R1"}), 3, 1),
+    MtpRecipe("tensorrt-llm/release:1.1.0rc2.post2", "trtllm", "h200_sxm",
+              frozenset({"deepseek-ai/DeepSeek-R1"}), 3, 1, frozenset({"2026-01-14"})),
 )
 """InferenceMAX's (SemiAnalysisAI/InferenceX) ``.github/configs/nvidia-master.yaml`` from
 2026-02-05 (5d517074c, ``dsr1-fp8-b200-trt-mtp``) and 2026-02-06 (0aae52d4c,
@@ -362,7 +367,18 @@ search-space entry ``spec-decoding: mtp``; the STP recipes ``dsr1-fp4-b200-trt``
 ``dsr1-fp8-b200-trt`` ran ``1.2.0rc6.post2``. Their scripts
 (``benchmarks/dsr1_fp{4,8}_b200_trt_mtp.sh``) set ``num_nextn_predict_layers`` 3, or 1
 when ``DP_ATTENTION`` is true. The sample's rows with that image were measured on
-2026-02-05 and -06 (docs/validation-silicon.md, "MTP")."""
+2026-02-05 and -06 (docs/validation-silicon.md, "MTP").
+
+On H200 the MTP recipe ``dsr1-fp8-h200-trt-mtp`` (InferenceX PR #392, merged 2026-01-15,
+``MTP=3 (or MTP=1 when DP_ATTN=true)``) ran the STP recipe's image ``1.1.0rc2.post2``, so the
+image cannot tell them apart; the day can. The sample's 41 rows of TensorRT-LLM DeepSeek-R1
+agg on H200 measured on 2026-01-14 are exactly that recipe's search space (1K/1K
+concurrency 4-64 at TP8 EP8 and 128-256 with attention DP; 1K/8K 4-128 and 256; 8K/1K 4-32
+and 64-256), ten of them at points the STP recipe never searched (128 and 256 at every
+length: its 1K/1K and 1K/8K stop at 64, its 8K/1K at 64 with attention DP), so that day's
+rows are the MTP recipe's runs. One
+later row (2026-01-28, 1K/8K at 256 with attention DP) lies in the MTP space alone too, but
+that day also measured an STP point, so it is not taken."""
 
 MTP_ACCEPTANCE_RATES = (0.92, 0.66, 0.24)
 """Per-position acceptance of DeepSeek-R1's MTP drafts (TensorRT-LLM tech blog 1, "Pushing
@@ -381,7 +397,8 @@ def mtp_drafts(row: SiliconRow, attention_dp: bool) -> int:
         return 0
     for rec in MTP_RECIPES:
         if (m.group(1).endswith(rec.image) and f["backend"] == rec.backend
-                and f["system"] == rec.system and f["model_path"] in rec.models):
+                and f["system"] == rec.system and f["model_path"] in rec.models
+                and (not rec.measured_on or row.measured_on in rec.measured_on)):
             return rec.drafts_attention_dp if attention_dp else rec.drafts
     return 0
 
@@ -1717,7 +1734,12 @@ def render(out: Outcome, meta: Meta) -> str:
         f"`nvidia-master.yaml` gave `tensorrt-llm/release:1.2.0rc6.post3` from 2026-02-05 to "
         f"2026-04-10 only to `dsr1-fp4-b200-trt-mtp` and `dsr1-fp8-b200-trt-mtp` (every "
         f"entry `spec-decoding: mtp`; the STP recipes ran `1.2.0rc6.post2`), whose scripts "
-        f"set `num_nextn_predict_layers` 3, or 1 with attention DP; pdsim runs them so, at "
+        f"set `num_nextn_predict_layers` 3, or 1 with attention DP; on H200 "
+        f"`dsr1-fp8-h200-trt-mtp` (InferenceX PR #392, merged 2026-01-15, MTP 3 or 1 with "
+        f"attention DP) shared the STP recipe's image `1.1.0rc2.post2`, and the TensorRT-LLM "
+        f"DeepSeek-R1 rows measured on 2026-01-14 are exactly its search space, ten of them "
+        f"at points the STP recipe never searched (issue 25's fourteenth round), so that "
+        f"day's rows run MTP too. pdsim runs them so, at "
         f"the per-position acceptance {list(MTP_ACCEPTANCE_RATES)} of TensorRT-LLM's "
         f"DeepSeek-R1 B200 blog (acceptance lengths 1.92 and 2.82 for 1 and 3 drafts; "
         f"measured on the blog's dataset, not on these random prompts); their first "

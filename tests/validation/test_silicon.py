@@ -737,3 +737,20 @@ def test_recipe_layouts_agree_with_the_ids_that_name_them(
         assert S._int(ran["moe_ep_size"]) == ep and S._int(ran["moe_tp_size"]) == 1, r.id
         checked += 1
     assert checked > 100
+
+
+def test_h200_mtp_recipe_is_known_by_its_day() -> None:
+    """dsr1-fp8-h200-trt-mtp shared its image with the STP recipe: only the rows of the day
+    its runs were measured run MTP (3 drafts, 1 with attention DP)."""
+    src = ("source_file=2026-04-06.csv; silicon_concurrency=8; measured={day}T00:00:00.000Z; "
+           "wip=False; image=nvcr.io#nvidia/tensorrt-llm/release:1.1.0rc2.post2")
+    h200 = {"system": "h200_sxm", "precision": "fp8", "gemm_quant_mode": "fp8_block",
+            "moe_quant_mode": "fp8_block", "batch_size": "8", "moe_tp_size": "1",
+            "moe_ep_size": "8"}
+    assert S.plan_row(_row(silicon_data_source=src.format(day="2026-01-14"),
+                           **h200)).mtp_drafts == 3
+    assert S.plan_row(_row(silicon_data_source=src.format(day="2025-12-15"),
+                           **h200)).mtp_drafts == 0
+    dp = {**h200, "tp_size": "1", "attention_dp_size": "8"}
+    assert S.plan_row(_row(silicon_data_source=src.format(day="2026-01-14"),
+                           **dp)).mtp_drafts == 1
