@@ -176,6 +176,20 @@ prefill paid: at OSL 100 the measured TPOT (29-31 ms) is above pdsim's without r
 (20-22 ms), and with reuse the TPOT mean error went from 22.6% to 44.1%, so SGLang runs
 without (docs/step-time.md, "Repeated prompts in the aiperf rows")."""
 
+AIPERF_RUNS_PREFILL_PAID: frozenset[str] = frozenset({
+    "aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv",
+})
+"""AIConfigurator runs (``silicon_data_source`` file) whose deployment, unlike its backend's
+default (``PREFIX_CACHING``), paid every prompt's prefill. Found on fit rows (issue 25's
+fourteenth round): the vLLM 0.12.0 Qwen3-32B run on H100 measured TPOTs that grow with
+ISL / OSL and concurrency as computed prompts do (99 ms at 4096/128, concurrency 128, TP8,
+where reused prompts would leave 20 ms steps): its 58 fit rows score TPOT 26.9% mean
+(median pdsim / measured 0.79) with reuse and 7.1% (0.97) without. The Llama-3.1-8B run of
+the same vLLM on H200 could not have computed its prompts (docs/step-time.md, "Repeated
+prompts in the aiperf rows"), so the choice is per run: what differs between them (the
+aiperf or AIConfigurator version that generated them) is not recorded. The run's Qwen3-235B
+and Kimi-K2.5 neighbours are left at the default: their fit rows' TPOT barely moves."""
+
 CPU_COST_RULES: dict[str, str] = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 """Each backend's serving-loop CPU costs per step and per request in a step
 (``step_time.cpu_cost_rule``, pdsim.perf.config.CPU_COST_RULES, where the values and their
@@ -616,6 +630,8 @@ class Plan:
     given."""
     backend_version: str = ""
     """The serving engine's version as the row records it ('' if not given)."""
+    source: str = ""
+    """The row's ``silicon_data_source`` (the run it comes from)."""
 
 
 def _dtype(quant: str, precision: str, default: str) -> str:
@@ -747,7 +763,7 @@ def plan_row(row: SiliconRow) -> Plan:
     plan = Plan(row.id, model, hardware, wd, ed, f["mode"], c, int(f["isl"]), int(f["osl"]),
                 BLOCK_TOKENS.get(f["backend"], 16), roles, f["backend"], kv,
                 row_protocol(row), mtp_drafts(row, attention_dp), row.measured_on,
-                f["backend_version"])
+                f["backend_version"], f["silicon_data_source"])
     for lay in roles.values():
         if not _weights_fit(plan, lay):
             raise NotExpressible(NO_FIT_REASON, f"{plan.backend} on {plan.hardware}")
@@ -789,7 +805,8 @@ def reuses_prompts(plan: Plan) -> bool:
     """Whether the row's client repeats prompts (``prompt_pool``) to a deployment that
     reuses their KV (``PREFIX_CACHING``)."""
     return (PROTOCOLS[plan.protocol].prompt_pool is not None
-            and PREFIX_CACHING.get(plan.backend, False))
+            and PREFIX_CACHING.get(plan.backend, False)
+            and not any(run in plan.source for run in AIPERF_RUNS_PREFILL_PAID))
 
 
 def warmup_requests(plan: Plan) -> int:
@@ -1641,7 +1658,11 @@ def render(out: Outcome, meta: Meta) -> str:
         "the prefill paid, docs/step-time.md \"Repeated prompts in the aiperf rows\") pdsim "
         f"draws the prompts from {AIPERF_DATASET_ENTRIES} shared ones, caches prefixes, "
         "and runs the 2C warm-up requests before the measured ones (not scored), as the "
-        "warm-up fills the cache.")
+        "warm-up fills the cache. One vLLM run is the exception "
+        "(`AIPERF_RUNS_PREFILL_PAID`, issue 25's fourteenth round): the Qwen3-32B run on "
+        "H100 measured TPOTs that grow with ISL / OSL as computed prompts do (99 ms at "
+        "4096/128, C 128, TP8), its fit rows at TPOT 26.9% mean with reuse and 7.1% "
+        "without, so its rows run without reuse.")
     add("  - Both: the measured phase starts from an idle server with a burst of C requests "
         "and TTFT includes server-side queueing, the prompts batched with it and (disagg) "
         "the KV transfer. pdsim has no cold-start effects to warm up (but the prefix "

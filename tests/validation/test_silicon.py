@@ -754,3 +754,19 @@ def test_h200_mtp_recipe_is_known_by_its_day() -> None:
     dp = {**h200, "tp_size": "1", "attention_dp_size": "8"}
     assert S.plan_row(_row(silicon_data_source=src.format(day="2026-01-14"),
                            **dp)).mtp_drafts == 1
+
+
+def test_a_run_that_paid_its_prefills_reuses_no_prompt() -> None:
+    """vLLM caches repeated aiperf prompts by default; the runs listed in
+    AIPERF_RUNS_PREFILL_PAID computed theirs, and their rows run without reuse."""
+    vllm = {"backend": "vllm", "model_path": "Qwen/Qwen3-32B", "system": "h100_sxm",
+            "precision": "bf16", "gemm_quant_mode": "", "moe_quant_mode": "",
+            "tp_size": "2", "moe_tp_size": "", "batch_size": "16"}
+    (paid,) = S.AIPERF_RUNS_PREFILL_PAID
+    cached = S.plan_row(_row(silicon_data_source="source_file=/x/aic-auto-gap-analysis/data/"
+                             "h200_sxm/vllm/0.12.0/other.csv; silicon_concurrency=16", **vllm))
+    computed = S.plan_row(_row(silicon_data_source=f"source_file=/x/{paid}; "
+                               "silicon_concurrency=16", **vllm))
+    assert cached.protocol == computed.protocol == "aiperf"
+    assert S.reuses_prompts(cached) and not S.reuses_prompts(computed)
+    assert S.build_config(cached)["workload"] != S.build_config(computed)["workload"]
