@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -159,7 +159,21 @@ def _attention(r: _Reader, window: int | None) -> AnyMixer:
                        field="head_dim",
                        why="no head_dim: hidden_size / num_attention_heads"),
         sliding_window_tokens=window,
-        output_gate=bool(gate))
+        output_gate=bool(gate),
+        qk_norm=_qk_norm(r))
+
+
+def _qk_norm(r: _Reader) -> Literal["none", "per_head", "across_heads"]:
+    """``qk_norm`` from ``qk_norm_type`` (MiniMax-M2's ``per_layer``: one norm over all
+    heads, all-reduced under tensor parallelism); a config without it says nothing."""
+    kind = r.cfg.get("qk_norm_type")
+    if kind is None or r.cfg.get("use_qk_norm") is False:
+        return "none"
+    if kind == "per_layer":
+        return "across_heads"
+    if kind == "per_head":
+        return "per_head"
+    raise r.fail("qk_norm_type", f"{kind!r}: expected 'per_layer' or 'per_head'")
 
 
 def _mixer_kinds(r: _Reader, n: int) -> list[str]:

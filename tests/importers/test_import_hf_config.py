@@ -201,3 +201,20 @@ def test_context_follows_vllms_rope_scaling_rule(rope_scaling: object, context: 
     cfg = read_hf_config(HF / "Qwen3-30B-A3B.config.json")
     imp = architecture_from_hf({**cfg, "rope_scaling": rope_scaling}, "q")
     assert imp.arch.max_model_len == context
+
+
+@pytest.mark.parametrize(("cfg", "qk_norm"), [
+    ({"use_qk_norm": True, "qk_norm_type": "per_layer"}, "across_heads"),  # MiniMax-M2
+    ({"use_qk_norm": False, "qk_norm_type": "per_layer"}, "none"),
+    ({"qk_norm_type": "per_head"}, "per_head"),
+    ({}, "none"),
+])
+def test_qk_norm_type_is_read(cfg: dict[str, object], qk_norm: str) -> None:
+    arch = architecture_from_hf({**_BASE, "num_hidden_layers": 2, **cfg}, "m").arch
+    assert {b.mixer.qk_norm for b in arch.blocks} == {qk_norm}
+
+
+def test_an_unknown_qk_norm_type_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"qk_norm_type: 'per_token'"):
+        architecture_from_hf({**_BASE, "num_hidden_layers": 2, "qk_norm_type": "per_token"},
+                             "m")
