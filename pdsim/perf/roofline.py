@@ -63,7 +63,7 @@ from pdsim.perf.architecture import (
     NoMixer,
 )
 from pdsim.perf.base import StepBatch
-from pdsim.perf.collectives import DISPATCH_BYTES, allreduce_lines, alltoall_lines
+from pdsim.perf.collectives import DISPATCH_BYTES, Line, allreduce_lines, alltoall_lines
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.perf.hardware import HardwareSpec
 from pdsim.perf.kernels import MOE_PAIR_HIDDEN_SIZE
@@ -111,6 +111,13 @@ def gemm_rate(hw: HardwareSpec, cfg: RooflineStepTimeConfig, dtype: str) -> floa
     return hw.peak_flops(precision) * eff
 
 
+def _allreduce_s(lines: tuple[Line, Line], tokens: float) -> float:
+    """One all-reduce of ``tokens`` tokens: the lesser of its custom-kernel and NCCL lines
+    (``allreduce_lines``)."""
+    (c_lat, c_tok), (n_lat, n_tok) = lines
+    return min(c_lat + tokens * c_tok, n_lat + tokens * n_tok)
+
+
 def _layer_kernels(mixer: AnyMixer, ffn: AnyFFN) -> int:
     k = MIXER_KERNELS[mixer.kind] + FFN_KERNELS[ffn.kind]
     if isinstance(ffn, MoEFFN) and ffn.num_shared_experts:
@@ -128,10 +135,7 @@ class _Stack:
         "a2a_prefill_s_per_token",
         "a2a_s_per_token",
         "ar_count",
-        "ar_latency_s",
-        "ar_s_per_token",
-        "ar_small_latency_s",
-        "ar_small_s_per_token",
+        "ar_lines",
         "attn",
         "dense_half_tokens",
         "dense_s_per_token",
@@ -254,20 +258,17 @@ class _Stack:
         self.state_s_per_request = 2.0 * state_bytes / bw  # read and write back
         # collectives from placement: per all-reduce the lesser of two lines (custom and
         # NCCL kernel), per MoE layer one dispatch + combine line (decode / prefill kernels)
-        small, nccl = allreduce_lines(
-            tp, hw, h * act, nccl_latency_s=cfg.collective_latency_s,
-            nccl_efficiency=cfg.communication_efficiency,
-            custom_latency_s=cfg.custom_allreduce_latency_s,
-            custom_efficiency=cfg.custom_allreduce_efficiency)
+        def lines(bytes_per_token: float) -> tuple[Line, Line]:
+            return allreduce_lines(
+                tp, hw, bytes_per_token, nccl_latency_s=cfg.collective_latency_s,
+                nccl_efficiency=cfg.communication_efficiency,
+                custom_latency_s=cfg.custom_allreduce_latency_s,
+                custom_efficiency=cfg.custom_allreduce_efficiency)
+
         self.ar_count = allreduces if tp > 1 else 0
-        self.ar_small_latency_s, self.ar_small_s_per_token = small
-        self.ar_latency_s, self.ar_s_per_token = nccl
+        self.ar_lines = lines(h * act)
         self.norm_ar_count = norm_allreduces
-        self.norm_ar_lines = allreduce_lines(
-            tp, hw, QK_NORM_PARTIAL_BYTES, nccl_latency_s=cfg.collective_latency_s,
-            nccl_efficiency=cfg.communication_efficiency,
-            custom_latency_s=cfg.custom_allreduce_latency_s,
-            custom_efficiency=cfg.custom_allreduce_efficiency)
+        self.norm_ar_lines = lines(QK_NORM_PARTIAL_BYTES)
         # a2a_count counts dispatch and combine apart; each line is one of the pair, and
         # per token of the instance (each of its TP GPUs sends 1/TP of them)
         self.a2a_count = 2 * alltoalls
@@ -330,11 +331,9 @@ class _Stack:
             t += max(tokens * self.rec_s_per_token,
                      decode_requests * self.state_s_per_request)
         if self.ar_count:
-            t += self.ar_count * min(self.ar_small_latency_s + tokens * self.ar_small_s_per_token,
-                                     self.ar_latency_s + tokens * self.ar_s_per_token)
+            t += self.ar_count * _allreduce_s(self.ar_lines, tokens)
         if self.norm_ar_count:
-            (c_lat, c_tok), (n_lat, n_tok) = self.norm_ar_lines
-            t += self.norm_ar_count * min(c_lat + tokens * c_tok, n_lat + tokens * n_tok)
+            t += self.norm_ar_count * _allreduce_s(self.norm_ar_lines, tokens)
         if self.a2a_count:
             if prefill_tokens:
                 t += self.a2a_count * (self.a2a_prefill_latency_s
