@@ -474,7 +474,7 @@ def doc_section(scores: Iterable[Any], rows: Sequence[SiliconRow],
         "",
         headline(cmp, fit_twins(rows)),
         "",
-        coverage(cmp) + " " + layouts_note(cmp, rows),
+        " ".join(filter(None, (coverage(cmp), layouts_note(cmp, rows)))),
         "",
         *tables(cmp),
     ]
@@ -548,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"AIConfigurator: {meta.get('aiconfigurator', '?')}, estimated "
           f"{meta.get('estimated', '?')} ({args.predictions})")
     print(headline(cmp, fit_twins(rows)))
-    print(coverage(cmp), layouts_note(cmp, rows))
+    print(" ".join(filter(None, (coverage(cmp), layouts_note(cmp, rows)))))
     print()
     print("\n".join(tables(cmp)))
     if cmp.aic_failed:

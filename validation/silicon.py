@@ -390,9 +390,9 @@ agg on H200 measured on 2026-01-14 are exactly that recipe's search space (1K/1K
 concurrency 4-64 at TP8 EP8 and 128-256 with attention DP; 1K/8K 4-128 and 256; 8K/1K 4-32
 and 64-256), ten of them at points the STP recipe never searched (128 and 256 at every
 length: its 1K/1K and 1K/8K stop at 64, its 8K/1K at 64 with attention DP), so that day's
-rows are the MTP recipe's runs. One
-later row (2026-01-28, 1K/8K at 256 with attention DP) lies in the MTP space alone too, but
-that day also measured an STP point, so it is not taken."""
+rows are the MTP recipe's runs. One later row (2026-01-28, 1K/8K at 256 with attention DP)
+lies in the MTP space alone too, but that day also measured an STP point, so it is not
+taken."""
 
 MTP_ACCEPTANCE_RATES = (0.92, 0.66, 0.24)
 """Per-position acceptance of DeepSeek-R1's MTP drafts (TensorRT-LLM tech blog 1, "Pushing
@@ -417,17 +417,15 @@ def mtp_drafts(row: SiliconRow, attention_dp: bool) -> int:
     return 0
 
 
-INFERENCEMAX_DISAGG_ONLY_SYSTEMS: dict[str, str] = {
-    "gb200": ("every GB200 recipe of InferenceMAX was a multi-node Dynamo disaggregated one: "
-              "runners/launch_gb200-nv.sh and .github/workflows/gb200-tests.yml at 0ba7aa3 "
-              "(2025-11-17) ran submit_disagg.sh only, and every gb200 entry of "
-              ".github/configs/nvidia-master.yaml from 2025-12 to 2026-04 is "
-              "'multinode: true' (dynamo-trt, dynamo-sglang)"),
-}
-"""Systems on which InferenceMAX (SemiAnalysisAI/InferenceX) ran no aggregated recipe. The
-sample's InferenceMAX rows on them marked ``agg`` record a TP of 12 to 72 GPUs (the run's
-whole P + D GPU count, DeepSeek-R1 on GB200, 2025-11-16/17): disaggregated runs whose P/D
-split the dump lost, so the layout pdsim would run is not the one measured."""
+INFERENCEMAX_DISAGG_ONLY_SYSTEMS = frozenset({"gb200"})
+"""Systems on which InferenceMAX (SemiAnalysisAI/InferenceX) ran no aggregated recipe: every
+GB200 recipe was a multi-node Dynamo disaggregated one (``runners/launch_gb200-nv.sh`` and
+``.github/workflows/gb200-tests.yml`` at 0ba7aa3, 2025-11-17, ran ``submit_disagg.sh``
+only, and every gb200 entry of ``.github/configs/nvidia-master.yaml`` from 2025-12 to
+2026-04 is ``multinode: true``, dynamo-trt or dynamo-sglang). The sample's InferenceMAX rows
+on them marked ``agg`` record a TP of 12 to 72 GPUs (the run's whole P + D GPU count,
+DeepSeek-R1 on GB200, 2025-11-16/17): disaggregated runs whose P/D split the dump lost, so
+the layout pdsim would run is not the one measured."""
 
 
 @dataclass(frozen=True)
@@ -684,8 +682,8 @@ def recipe_layout_fields(row: SiliconRow) -> dict[str, str]:
     - (k^2, 1, k, k), TensorRT-LLM and SGLang: TP k with experts over k GPUs;
     - (1, k^2, k, k), TensorRT-LLM with attention DP: k attention-DP ranks, experts over
       k, ``batch_size`` (the concurrency over k^2) scaled to the k ranks;
-    - (k, k, 1, k^2), vLLM's ``--enable-expert-parallel``: TP k, experts over k,
-      ``batch_size`` (the concurrency over k) dropped with the DP ranks.
+    - (k, k, 1, k^2), vLLM's ``--enable-expert-parallel``: TP k, experts over k, one rank,
+      so ``batch_size`` (the concurrency over k) becomes the concurrency.
 
     Any other row, or a row of another harness, is returned as recorded."""
     f = row.fields
