@@ -21,6 +21,15 @@ nvfp4, bf16). Per (GPU, backend, dtype, layout, tokens) the row keeps the fastes
 backend's kernels (an engine picks or autotunes its kernel; the database times several),
 from the newest version whose table has the shape. Only numbers are carried over.
 
+Decode-sized fp8 MoE layers: the same tables' block-scaled fp8 layers of the fp8 MoE
+checkpoints pdsim ships (DECODE_SHAPES: DeepSeek-V3, Kimi-K2.5, Qwen3-235B-A22B,
+MiniMax-M2.5), DECODE_TOKENS tokens balanced over the experts, experts sliced by tensor
+parallelism (moe_tp 1-8, no expert parallelism), the fastest kernel per point, every
+version of every backend's table (the engines' fp8 MoE kernels changed between versions),
+into ``pdsim/data/kernels/aic_moe_decode_kernels.csv``
+(``tools/fit_moe_kernels.py --fp8-decode`` fits each GPU's and engine's
+``fp8_moe_efficiency`` to them).
+
 Needs pandas and pyarrow (not pdsim dependencies): run it in a scratch environment.
 """
 
@@ -46,6 +55,12 @@ DTYPES = {"fp8_block": "fp8", "fp8": "fp8", "nvfp4": "nvfp4", "bfloat16": "bf16"
 GEMM_DTYPES = {"fp8_block": "fp8", "fp8": "fp8", "nvfp4": "fp4", "bfloat16": "bf16"}
 SHAPE = {"hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 256}
 LAYOUTS = {(4, 1), (8, 1), (1, 4), (1, 8)}  # (moe_tp_size, moe_ep_size)
+DECODE_OUT = KERNELS / "aic_moe_decode_kernels.csv"
+DECODE_SHAPES = {  # (hidden, expert intermediate, top-k, experts) -> pdsim model profile
+    (7168, 2048, 8, 256): "deepseek-v3", (7168, 2048, 8, 384): "kimi-k2.5",
+    (4096, 1536, 8, 128): "qwen3-235b-a22b", (3072, 1536, 8, 256): "minimax-m2.5"}
+DECODE_TOKENS = (64, 128, 256, 512)
+DECODE_TP = (1, 2, 4, 8)
 PATH = re.compile(r"systems/data/(\w+)/moe/(\w+)/([\w.]+)/moe_perf\.parquet$")
 
 
@@ -68,6 +83,28 @@ def _tables(src: Path, leaf: str, pattern: re.Pattern[str]
         if m and m.group(1) in SYSTEMS:
             found.append((m.group(1), m.group(2), m.group(3), read()))
     return sorted(found, key=lambda t: (t[0], t[1], _version_key(t[2])), reverse=True)
+
+
+def _decode_rows(src: Path) -> list[tuple[object, ...]]:
+    """The decode-sized block-scaled fp8 MoE rows (see the module docstring)."""
+    rows: list[tuple[object, ...]] = []
+    for system, backend, version, data in _tables(src, "moe_perf.parquet", PATH):
+        df = pd.read_parquet(io.BytesIO(data))
+        if not {"distribution", "moe_dtype", "hidden_size"}.issubset(df.columns):
+            continue
+        q = df[(df.distribution == "balanced") & (df.moe_dtype == "fp8_block")
+               & (df.moe_ep_size == 1) & df.moe_tp_size.isin(DECODE_TP)
+               & df.num_tokens.isin(DECODE_TOKENS)]
+        for shape, model in DECODE_SHAPES.items():
+            s = q[(q.hidden_size == shape[0]) & (q.inter_size == shape[1])
+                  & (q.topk == shape[2]) & (q.num_experts == shape[3])]
+            if s.empty:
+                continue
+            best = s.groupby(["moe_tp_size", "num_tokens"], as_index=False)["latency"].min()
+            rows.extend((SYSTEMS[system], backend, version, model, int(r.moe_tp_size),
+                         int(r.num_tokens), round(float(r.latency) * 1e3, 3))
+                        for r in best.itertuples())
+    return sorted(rows)
 
 
 def main(argv: list[str]) -> int:
@@ -110,6 +147,18 @@ def main(argv: list[str]) -> int:
                     "moe_ep", "tokens", "time_us"])
         w.writerows(rows)
     print(f"{len(rows)} rows -> {OUT}")
+    decode_rows = _decode_rows(Path(argv[0]))
+    with DECODE_OUT.open("w", newline="") as f:
+        f.write("# Source: aiconfigurator-core 0.12.0 (PyPI, Apache License 2.0), "
+                "aiconfigurator_core/systems/data/*/moe/*/*/moe_perf.parquet; extracted by "
+                "tools/extract_aic_kernels.py.\n")
+        f.write("# One block-scaled fp8 MoE layer of a shipped model profile at decode sizes, "
+                "balanced routing, experts sliced over moe_tp GPUs; time_us: the fastest "
+                "kernel of the version's table; numbers only.\n")
+        w = csv.writer(f)
+        w.writerow(["hardware", "backend", "version", "model", "moe_tp", "tokens", "time_us"])
+        w.writerows(decode_rows)
+    print(f"{len(decode_rows)} rows -> {DECODE_OUT}")
     gemm_rows = []
     done.clear()
     for system, backend, version, data in _tables(Path(argv[0]), "gemm_perf.parquet", GEMM_PATH):

@@ -12,6 +12,14 @@ layer's fixed costs are small beside its work), the one ``moe_pair_s`` that mini
 squared log error. Prints the value for each hardware profile's ``kernels`` section and
 the median and worst |error| before (``moe_pair_s`` 0) and after, by backend and dtype.
 ``--by-backend`` fits one value per GPU and backend instead (each engine's own kernels).
+
+``--fp8-decode`` fits each GPU's ``fp8_moe_efficiency`` per backend and backend version
+instead: ``pdsim/data/kernels/aic_moe_decode_kernels.csv`` (block-scaled fp8 MoE layers of
+DeepSeek-V3, Kimi-K2.5, Qwen3-235B-A22B and MiniMax-M2.5 at 64-512 tokens, experts sliced
+over 1-8 GPUs, balanced routing) against pdsim's price of the same layer (the model profile
+with balanced routing, the backend's kernel rule, the layer's kernels' fixed latencies
+included), the factor on the experts' weight-read bandwidth minimising the squared log
+error, at most 1.
 """
 
 from __future__ import annotations
@@ -25,13 +33,16 @@ from pathlib import Path
 
 from fit_kernels import pattern_search
 
+from pdsim.perf.architecture import ModelArchitecture
 from pdsim.perf.base import StepBatch
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.perf.hardware import HardwareSpec
-from pdsim.perf.profiles import load_hardware
-from pdsim.perf.roofline import RooflineStepTime
+from pdsim.perf.profiles import load_hardware, load_model_architecture
+from pdsim.perf.roofline import FFN_KERNELS, RooflineStepTime
+from pdsim.perf.routing import ExpertRouting
 
 CSV = Path(__file__).resolve().parent.parent / "pdsim" / "data" / "kernels" / "aic_moe_kernels.csv"
+DECODE_CSV = CSV.with_name("aic_moe_decode_kernels.csv")
 MODEL = "deepseek-v3"
 
 
@@ -96,12 +107,76 @@ def _stats(errs: list[float]) -> str:
     return f"median {s[len(s) // 2] * 100:5.1f}%, worst {s[-1] * 100:6.1f}%"
 
 
+@functools.cache
+def _balanced(model: str) -> ModelArchitecture:
+    """The model profile with balanced routing, as the decode tables were timed."""
+    return load_model_architecture(model, "model").model_copy(
+        update={"routing": ExpertRouting()})
+
+
+@functools.cache
+def _decode_model(model: str, hardware: str, tp: int, backend: str,
+                  eff: float) -> tuple[RooflineStepTime, float]:
+    cfg = RooflineStepTimeConfig.model_validate({
+        "kind": "roofline", "model": _balanced(model), "hardware": _roomy(hardware),
+        "tensor_parallel_size": tp, "weight_dtype": "fp8", "expert_weight_dtype": "fp8",
+        "kernel_rule": backend, "fp8_moe_efficiency": eff})
+    return RooflineStepTime(cfg), cfg.kernel_latency_s
+
+
+def decode_layer_s(row: dict[str, str], eff: float) -> float:
+    """pdsim's seconds for a decode-table row's MoE layer at ``fp8_moe_efficiency`` eff:
+    the MoE terms of a decode step of ``tokens`` requests plus the layer's kernels'
+    latencies."""
+    st, latency = _decode_model(row["model"], row["hardware"], int(row["moe_tp"]),
+                                row["backend"], eff)
+    n = int(row["tokens"])
+    batch = StepBatch(0, 0.0, n, n, n)
+    full = st.step_time_s(batch)
+    moe, st._target.moe = st._target.moe, ()
+    bare = st.step_time_s(batch)
+    st._target.moe = moe
+    layers = sum(b.num_layers for b in st.arch.blocks if hasattr(b.ffn, "num_experts"))
+    return (full - bare) / layers + FFN_KERNELS["moe"] * latency
+
+
+def fit_fp8_decode() -> int:
+    """Print each GPU's fp8_moe_efficiency per backend and version (``--fp8-decode``)."""
+    with DECODE_CSV.open() as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    groups: dict[tuple[str, str, str], list[dict[str, str]]] = collections.defaultdict(list)
+    for r in rows:
+        groups[(r["hardware"], r["backend"], r["version"])].append(r)
+    for (hw, backend, version), g in sorted(groups.items()):
+        meas = [float(r["time_us"]) * 1e-6 for r in g]
+
+        def loss(x: list[float], g: list[dict[str, str]] = g,
+                 meas: list[float] = meas) -> float:
+            eff = min(1.0, max(0.05, round(x[0], 2)))
+            return sum(math.log(decode_layer_s(r, eff) / m) ** 2
+                       for r, m in zip(g, meas, strict=True))
+
+        eff = min(1.0, round(pattern_search(loss, [0.8], [0.05], [1.0])[0], 2))
+
+        def errs(e: float, g: list[dict[str, str]] = g,
+                 meas: list[float] = meas) -> list[float]:
+            return [abs(decode_layer_s(r, e) / m - 1) for r, m in zip(g, meas, strict=True)]
+
+        print(f"{hw} {backend} {version}: fp8_moe_efficiency = {eff:.2f} ({len(g)} layers; "
+              f"before {_stats(errs(1.0))}; after {_stats(errs(eff))})")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-tokens", type=int, default=1024)
     ap.add_argument("--by-backend", action="store_true",
                     help="fit one value per GPU and backend")
+    ap.add_argument("--fp8-decode", action="store_true",
+                    help="fit fp8_moe_efficiency per GPU, backend and version")
     args = ap.parse_args()
+    if args.fp8_decode:
+        return fit_fp8_decode()
     by_hw: dict[str, list[dict[str, str]]] = collections.defaultdict(list)
     for r in load_rows(args.min_tokens):
         by_hw[r["hardware"]].append(r)

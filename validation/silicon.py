@@ -455,6 +455,42 @@ measured TPOTs below the same deployment's concurrency-8 rows with TTFTs of 20-4
 space are listed."""
 
 
+@dataclass(frozen=True)
+class ExpertParallelRecipe:
+    """An InferenceMAX vLLM recipe whose script passed ``--enable-expert-parallel`` whatever
+    its ``EP_SIZE`` (``if [ "$EP_SIZE" -ge 1 ]``, true for the default 1) while it was on
+    InferenceX's main branch from ``first_day`` to ``last_day``: rows of ``model`` in
+    ``quant`` on ``system`` measured in those days ran TP ``tp`` with the experts over the
+    ``tp`` GPUs (vLLM's EP = TP x DP), though the sample records ``moe_ep_size`` 1."""
+
+    recipe: str
+    model: str
+    system: str
+    quant: str
+    first_day: str
+    last_day: str
+
+
+VLLM_EP_ALWAYS_RECIPES: tuple[ExpertParallelRecipe, ...] = (
+    ExpertParallelRecipe("minimaxm2.5-fp8-h200-vllm", "MiniMaxAI/MiniMax-M2.5", "h200_sxm",
+                         "fp8", "2026-03-13", "2026-05-25"),
+    ExpertParallelRecipe("minimaxm2.5-fp8-b200-vllm", "MiniMaxAI/MiniMax-M2.5", "b200_sxm",
+                         "fp8", "2026-03-11", "2026-04-02"),
+)
+"""Read in SemiAnalysisAI/InferenceX's first-parent history of
+``benchmarks/single_node/minimaxm2.5_fp8_{h200,b200}.sh``: the H200 script gained the
+``-ge 1`` test in 5e2c705d3 (2026-03-13, PR #869) and kept it to 8014ee637 (2026-05-26, PR
+#1354, ``-gt 1``); its first version (a36346339, 2026-03-01) passed no EP flag. The B200
+script had it from its first version (f342df18e, 2026-03-11, PR #757, with
+``VLLM_USE_FLASHINFER_MOE_FP8=0`` and ``VLLM_MOE_USE_DEEP_GEMM=0``) to bddbf4031
+(2026-04-03, PR #947, the v0.19 upgrade, ``-gt 1``). ``nvidia-master.yaml`` at 626932a11
+(2026-03-27) searched ``{tp: 8}`` for the H200 recipe and ``{tp: 2}``, ``{tp: 4}`` for the
+B200 one, no ``ep``, so ``EP_SIZE`` was 1. No other recipe script on main between 2025-10
+and 2026-06 had the test. The sample's rows: H200 vLLM 0.18 measured 2026-03-27/28 (TP8),
+B200 vLLM 0.17 measured 2026-03-11 and -28 (TP2, TP4); the H200 vLLM 0.16 rows of
+2026-03-01 ran TP4 without it, the B200 vLLM 0.19 rows (2026-04-03 on) as recorded."""
+
+
 LIKELY_MTP_RATIO = 1.5
 """A row of an MTP-capable model whose pdsim TPOT (no speculation) exceeds the measured by
 this factor is flagged as likely measured with MTP (a flag for reporting, not a fit)."""
@@ -664,6 +700,21 @@ def attention_heads(model: str) -> int:
     return _HEADS[model]
 
 
+def ep_always_recipe(row: SiliconRow) -> ExpertParallelRecipe | None:
+    """The ``VLLM_EP_ALWAYS_RECIPES`` entry an agg row without recorded expert or attention
+    data parallelism ran under, else None."""
+    f = row.fields
+    if (f["backend"] != "vllm" or f["mode"] != "agg" or _int(f["moe_ep_size"]) != 1
+            or _int(f["attention_dp_size"]) != 1 or _int(f["tp_size"]) == 1):
+        return None
+    for rec in VLLM_EP_ALWAYS_RECIPES:
+        if ((f["model_path"], f["system"], f["gemm_quant_mode"])
+                == (rec.model, rec.system, rec.quant)
+                and rec.first_day <= row.measured_on <= rec.last_day):
+            return rec
+    return None
+
+
 def recipe_layout_fields(row: SiliconRow) -> dict[str, str]:
     """The row's fields with the layout its recipe ran, where the InferenceMAX exports
     multiplied it out.
@@ -685,10 +736,15 @@ def recipe_layout_fields(row: SiliconRow) -> dict[str, str]:
     - (k, k, 1, k^2), vLLM's ``--enable-expert-parallel``: TP k, experts over k, one rank,
       so ``batch_size`` (the concurrency over k) becomes the concurrency.
 
+    And a vLLM recipe whose script enabled expert parallelism whatever ``EP_SIZE``
+    (``VLLM_EP_ALWAYS_RECIPES``) ran (tp, 1, 1, tp) where the sample records (tp, 1, tp, 1).
+
     Any other row, or a row of another harness, is returned as recorded."""
     f = row.fields
     if f["mode"] != "agg" or row_protocol(row) != "inferencemax":
         return f
+    if ep_always_recipe(row) is not None:
+        return {**f, "moe_tp_size": "1", "moe_ep_size": f["tp_size"]}
     tp, dp, mtp, mep = (_int(f[k]) for k in
                         ("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"))
     bs = f.get("batch_size", "")
@@ -855,6 +911,10 @@ def _step_time(plan: Plan, lay: Layout) -> dict[str, Any]:
         st["cpu_cost_rule"] = CPU_COST_RULES[plan.backend]
     if plan.backend in KERNEL_RULES:
         st["kernel_rule"] = KERNEL_RULES[plan.backend]
+        if plan.backend_version:
+            # the engine's kernels of the row's version (fitted per version where the
+            # hardware profile has them: kernels.fp8_moe_efficiency_by_engine)
+            st["kernel_version"] = plan.backend_version
     if plan.backend == "trtllm":
         st["free_gpu_memory_fraction"] = TRTLLM_FREE_GPU_MEMORY_FRACTION
     if schedules_async(plan):

@@ -49,7 +49,8 @@ CPU_COST_FIELDS = ("overhead_s", "overhead_per_request_s", "eager_kernel_s")
 KERNEL_FIELDS = ("compute_efficiency", "fp8_compute_efficiency", "fp4_compute_efficiency",
                  "gemm_half_tokens", "memory_efficiency",
                  "kernel_latency_s", "communication_efficiency", "collective_latency_s",
-                 "custom_allreduce_latency_s", "custom_allreduce_efficiency", "moe_pair_s")
+                 "custom_allreduce_latency_s", "custom_allreduce_efficiency", "moe_pair_s",
+                 "fp8_moe_efficiency")
 
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False), seconds_bound()]
@@ -144,8 +145,13 @@ def _hardware_kernels(hardware: object) -> tuple[KernelFit, str] | None:
 
 def _rule_values(fit: KernelFit, field: str) -> set[float]:
     """The values a kernel field takes from ``fit`` under any ``kernel_rule``."""
-    return {getattr(fit, field)} | (set(fit.moe_pair_s_by_engine.values())
-                                    if field == "moe_pair_s" else set())
+    values = {getattr(fit, field)}
+    if field == "moe_pair_s":
+        values |= set(fit.moe_pair_s_by_engine.values())
+    if field == "fp8_moe_efficiency":
+        values |= {v for table in fit.fp8_moe_efficiency_by_engine.values()
+                   for v in table.values()}
+    return values
 
 
 def _check_profile_name(value: object, kind: str, shipped: Sequence[str],
@@ -274,6 +280,13 @@ class RooflineStepTimeConfig(StrictModel):
     """Seconds per routed (token, expert) pair a GPU handles in a grouped MoE layer beyond
     its expert GEMMs' roofline (routing, permutation, activation quantisation, thin-slice
     GEMM rows, the combine; default: the hardware's fit for the kernel_rule)."""
+    fp8_moe_efficiency: Efficiency = DEFAULT_KERNELS.fp8_moe_efficiency
+    """Fraction of the weight-read bandwidth a grouped MoE layer of block-scaled fp8
+    experts reaches at decode sizes (default: the hardware's fit for the kernel_rule and
+    kernel_version, ``kernels.fp8_moe_efficiency_by_engine``)."""
+    kernel_version: str = ""
+    """The engine version whose kernels the kernel_rule prices where the hardware profile
+    fits them per version (''): the newest fitted)."""
     kernel_rule: KernelRule = "pdsim"
     """Whose kernels the MoE layers run: pdsim (moe_pair_s fitted over every engine's
     measured MoE layers) or trtllm, sglang, vllm (the hardware profile's fit to that
@@ -370,7 +383,9 @@ class RooflineStepTimeConfig(StrictModel):
             return data
         fit, label = resolved
         rule = data.get("kernel_rule", "pdsim")
-        fit = fit.for_rule(rule) if isinstance(rule, str) else fit
+        version = data.get("kernel_version", "")
+        fit = (fit.for_rule(rule, version if isinstance(version, str) else "")
+               if isinstance(rule, str) else fit)
         out = dict(data)
         previous = out.get("kernels_from") or ""
         if previous:
@@ -390,7 +405,8 @@ class RooflineStepTimeConfig(StrictModel):
         fit (or the fit it borrows), the CPU costs fitted to the validation suite, or the
         config."""
         fit = _hardware_kernels(self.hardware)
-        kernels = (fit[0] if fit is not None else DEFAULT_KERNELS).for_rule(self.kernel_rule)
+        kernels = (fit[0] if fit is not None else DEFAULT_KERNELS).for_rule(
+            self.kernel_rule, self.kernel_version)
         if not self.kernels_from or any(getattr(self, f) != getattr(kernels, f)
                                         for f in KERNEL_FIELDS):
             kernel_src = "kernel constants set in the config"
@@ -406,6 +422,11 @@ class RooflineStepTimeConfig(StrictModel):
         if (self.kernel_rule in kernels.moe_pair_s_by_engine
                 and kernel_src != "kernel constants set in the config"):
             kernel_src += f" (moe_pair_s: {self.kernel_rule}'s own MoE kernels)"
+        if (self.kernel_rule in kernels.fp8_moe_efficiency_by_engine
+                and kernel_src != "kernel constants set in the config"):
+            kernel_src += (f" (fp8_moe_efficiency: {self.kernel_rule}"
+                           f"{' ' + self.kernel_version if self.kernel_version else ''}'s "
+                           f"measured fp8 MoE layers)")
         cpu = (self.overhead_s, self.overhead_per_request_s, self.eager_kernel_s,
                self.drafter_pass_overhead_s)
         rule = CPU_COST_RULES[self.cpu_cost_rule]
@@ -426,7 +447,7 @@ class RooflineStepTimeConfig(StrictModel):
         fit = _hardware_kernels(self.hardware)
         if fit is None or not self.kernels_from or not fit[0].transferred_from:
             return ""
-        kernels = fit[0].for_rule(self.kernel_rule)
+        kernels = fit[0].for_rule(self.kernel_rule, self.kernel_version)
         names = kernels.borrowed or KERNEL_FIELDS
         values = [f"{f}={getattr(self, f):g}" for f in names
                   if f in KERNEL_FIELDS and getattr(self, f) == getattr(kernels, f)]

@@ -21,6 +21,7 @@ data). See docs/step-time.md for the fitted values and their errors.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -100,6 +101,13 @@ class KernelFit(StrictModel):
       (``tools/fit_moe_kernels.py --by-backend``): the engines run different grouped-MoE
       kernels (TensorRT-LLM's CUTLASS path on Hopper is 4-5x SGLang's per pair); a config
       picks one with ``step_time.kernel_rule`` (``for_rule``).
+    - ``fp8_moe_efficiency``: the fraction of the HBM bandwidth (of ``memory_efficiency``'s)
+      a grouped MoE layer of block-scaled fp8 experts streams its weights at, at decode
+      sizes (1: as a dense GEMM's weight read).
+    - ``fp8_moe_efficiency_by_engine``: the same fitted per engine and engine version to
+      its measured decode-sized block-fp8 MoE layers (``tools/fit_moe_kernels.py
+      --fp8-decode``): version -> efficiency; a config takes its engine's entry for the
+      newest version not newer than ``step_time.kernel_version`` (``for_rule``).
     - ``fitted_to``: the data the values come from; ``transferred_from`` names another
       GPU's fit when this one has no public kernel data; ``borrowed`` lists each field
       whose value is another GPU's (``pdsim show-config`` prints them).
@@ -131,6 +139,13 @@ class KernelFit(StrictModel):
     moe_pair_s_by_engine: dict[KernelEngine, NonNegFloat] = Field(default_factory=dict)
     """``moe_pair_s`` fitted to each engine's own measured MoE layers (empty: no per-engine
     data; every rule then takes ``moe_pair_s``)."""
+    fp8_moe_efficiency: Efficiency = 1.0
+    """Fraction of the weight-read bandwidth a block-scaled fp8 grouped MoE layer reaches
+    at decode sizes (1: as a dense GEMM's)."""
+    fp8_moe_efficiency_by_engine: dict[KernelEngine, dict[str, Efficiency]] = Field(
+        default_factory=dict)
+    """``fp8_moe_efficiency`` fitted to each engine's measured MoE layers, per engine
+    version (empty: no per-engine data; every rule then takes ``fp8_moe_efficiency``)."""
     fitted_to: str = ""
     """The data the values are fitted to."""
     transferred_from: str = ""
@@ -138,13 +153,39 @@ class KernelFit(StrictModel):
     borrowed: list[str] = Field(default_factory=list)
     """The fields whose values are another GPU's fit (transferred_from says whose)."""
 
-    def for_rule(self, rule: str) -> KernelFit:
+    def for_rule(self, rule: str, version: str = "") -> KernelFit:
         """The constants a config of ``kernel_rule`` ``rule`` runs on: this fit, with the
-        engine's own ``moe_pair_s`` where the profile has one for it."""
+        engine's own ``moe_pair_s`` where the profile has one for it, and its own
+        ``fp8_moe_efficiency`` for ``version`` of the engine (``engine_version_entry``)."""
+        update: dict[str, float] = {}
         engine = self.moe_pair_s_by_engine.get(rule)  # type: ignore[call-overload]
-        if engine is None or engine == self.moe_pair_s:
-            return self
-        return self.model_copy(update={"moe_pair_s": engine})
+        if engine is not None and engine != self.moe_pair_s:
+            update["moe_pair_s"] = engine
+        by_version = self.fp8_moe_efficiency_by_engine.get(rule)  # type: ignore[call-overload]
+        if by_version:
+            eff = engine_version_entry(by_version, version)
+            if eff != self.fp8_moe_efficiency:
+                update["fp8_moe_efficiency"] = eff
+        return self.model_copy(update=update) if update else self
+
+
+def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
+    """A sortable key of an engine version such as ``0.19.0``, ``1.3.0rc20`` or
+    ``0.5.6.post2`` (numeric parts compare as numbers, before any text part)."""
+    parts = re.findall(r"\d+|[a-z]+", version.lower())
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+
+def engine_version_entry(by_version: dict[str, float], version: str) -> float:
+    """The entry of the newest version not newer than ``version``; the oldest entry when
+    ``version`` predates them all; the newest when ``version`` is '' or not a release
+    number (a nightly build)."""
+    ordered = sorted(by_version, key=version_key)
+    if not version or not re.match(r"\d", version):
+        return by_version[ordered[-1]]
+    key = version_key(version)
+    older = [v for v in ordered if version_key(v) <= key]
+    return by_version[older[-1] if older else ordered[0]]
 
 
 DEFAULT_KERNELS = KernelFit(

@@ -166,7 +166,11 @@ class _Stack:
         bw = hw.hbm_bandwidth_bytes_per_s * cfg.memory_efficiency
         gemm = gemm_rate(hw, cfg, weight_dtype)
         gemm_e = gemm_rate(hw, cfg, expert_dtype) * cfg.moe_efficiency
-        bw_e = bw * cfg.moe_efficiency
+        # block-scaled fp8 experts stream their weights at the engine's fitted share of the
+        # bandwidth (fitted at decode sizes, where the layer is the weight read; prefill-
+        # sized layers are compute and moe_pair_s, fitted apart)
+        bw_e = bw * cfg.moe_efficiency * (cfg.fp8_moe_efficiency if expert_dtype == "fp8"
+                                          else 1.0)
         attn_peak = hw.peak_flops("bf16") * cfg.attention_efficiency
         w, we = DTYPE_BYTES[weight_dtype], DTYPE_BYTES[expert_dtype]
         act = DTYPE_BYTES[arch.activation_dtype]

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pdsim.perf.base import StepBatch
 from pdsim.perf.kernel_data import kernel_rows, predict_us, relative_errors
 from pdsim.perf.kernels import DEFAULT_KERNELS, KernelFit, gemm_efficiency, gemm_time_s
 from pdsim.perf.profiles import hardware_names, load_hardware
@@ -167,3 +168,55 @@ def test_low_precision_gemms_run_at_their_own_efficiency() -> None:
     b200 = load_hardware("b200").kernels
     assert b200 is not None
     assert b200.fp4_compute_efficiency < b200.fp8_compute_efficiency < b200.compute_efficiency
+
+
+def test_engine_version_entry_takes_the_newest_version_not_newer() -> None:
+    from pdsim.perf.kernels import engine_version_entry, version_key
+
+    table = {"0.19.0": 0.5, "0.22.0": 0.6, "0.24.0": 0.9}
+    assert engine_version_entry(table, "0.19.0") == 0.5
+    assert engine_version_entry(table, "0.23.1") == 0.6
+    assert engine_version_entry(table, "0.15.1") == 0.5      # older than all: the oldest
+    assert engine_version_entry(table, "0.30.0") == 0.9
+    assert engine_version_entry(table, "") == 0.9            # unknown: the newest
+    assert engine_version_entry(table, "nightly-5b8c30d") == 0.9
+    assert version_key("1.3.0rc10") > version_key("1.3.0rc2")
+    assert version_key("1.2.0") < version_key("1.3.0rc10")
+    assert version_key("0.5.6.post2") > version_key("0.5.6")
+
+
+@pytest.mark.parametrize("hw", ["h100-sxm", "h200", "b200", "gb200"])
+def test_fp8_moe_efficiency_follows_the_engine_and_its_version(hw: str) -> None:
+    """A block-scaled fp8 MoE layer runs at the engine's fitted share of the roofline for
+    the configured engine version; 4-bit experts and the pdsim rule are not touched."""
+    from pdsim.perf.config import RooflineStepTimeConfig
+    from pdsim.perf.kernels import engine_version_entry
+    from pdsim.perf.roofline import RooflineStepTime
+
+    fit = load_hardware(hw).kernels
+    assert fit is not None and fit.fp8_moe_efficiency_by_engine
+    base = {"model": "deepseek-v3", "hardware": hw, "tensor_parallel_size": 8,
+            "weight_dtype": "fp8", "expert_weight_dtype": "fp8"}
+    if hw in ("h100-sxm",):
+        base["tensor_parallel_size"] = 16  # fp8 DeepSeek needs two H100 nodes
+    decode = StepBatch(0, 0.0, 256, 256, 256 * 2048)
+    plain = RooflineStepTimeConfig(**base)
+    assert plain.fp8_moe_efficiency == fit.fp8_moe_efficiency == 1.0
+    t_plain = RooflineStepTime(plain).step_time_s(decode)
+    for engine, table in fit.fp8_moe_efficiency_by_engine.items():
+        for version, value in table.items():
+            cfg = RooflineStepTimeConfig(**base, kernel_rule=engine, kernel_version=version)
+            assert cfg.fp8_moe_efficiency == value == engine_version_entry(table, version)
+            assert "fp8_moe_efficiency" in cfg.parameter_provenance
+            # the same layer at the engine's own pair cost and efficiency 1, for comparison
+            ref = RooflineStepTimeConfig(**base, kernel_rule=engine, kernel_version=version,
+                                         fp8_moe_efficiency=1.0)
+            t, t_ref = (RooflineStepTime(c).step_time_s(decode) for c in (cfg, ref))
+            assert (t > t_ref) if value < 1.0 else (t == t_ref)
+            fp4 = {**base, "expert_weight_dtype": "nvfp4"}
+            assert (RooflineStepTime(RooflineStepTimeConfig(
+                **fp4, kernel_rule=engine, kernel_version=version)).step_time_s(decode)
+                == RooflineStepTime(RooflineStepTimeConfig(
+                    **fp4, kernel_rule=engine, kernel_version=version,
+                    fp8_moe_efficiency=1.0)).step_time_s(decode))
+    assert t_plain > 0

@@ -733,10 +733,39 @@ def test_recipe_layouts_agree_with_the_ids_that_name_them(
         if ran is r.fields or m is None:
             continue
         tp, ep = int(m.group(1)), int(m.group(2))
+        if S.ep_always_recipe(r) is not None:
+            # the script enabled expert parallelism though EP_SIZE (the id's ep) was 1
+            assert ep == 1 and S._int(ran["moe_ep_size"]) == tp, r.id
+            continue
         assert S._int(ran["tp_size"]) * S._int(ran["attention_dp_size"]) == tp, r.id
         assert S._int(ran["moe_ep_size"]) == ep and S._int(ran["moe_tp_size"]) == 1, r.id
         checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize(("system", "day", "version", "tp", "ep_ran"), [
+    ("h200_sxm", "2026-03-27", "0.18.0", "8", "8"),   # -ge 1: expert parallel
+    ("h200_sxm", "2026-03-01", "0.16.0", "4", "1"),   # before the EP flag
+    ("h200_sxm", "2026-05-27", "0.20.0", "8", "1"),   # after PR #1354: -gt 1
+    ("b200_sxm", "2026-03-28", "0.17.0", "4", "4"),
+    ("b200_sxm", "2026-04-03", "0.19.0", "4", "1"),   # the v0.19 upgrade: -gt 1
+])
+def test_minimax_vllm_fp8_recipes_enabled_expert_parallel_by_date(
+        system: str, day: str, version: str, tp: str, ep_ran: str) -> None:
+    """minimaxm2.5-fp8-{h200,b200}-vllm passed --enable-expert-parallel whatever EP_SIZE
+    while their scripts tested ``-ge 1`` (VLLM_EP_ALWAYS_RECIPES): those days' rows run
+    with the experts over the TP GPUs; the fp4 recipe and other days' rows as recorded."""
+    fields = {"model_path": "MiniMaxAI/MiniMax-M2.5", "backend": "vllm", "system": system,
+              "backend_version": version, "tp_size": tp, "moe_tp_size": tp,
+              "moe_ep_size": "1", "precision": "fp8", "gemm_quant_mode": "fp8",
+              "moe_quant_mode": "fp8", "batch_size": "16"}
+    src = f"source_file=2026-04-06.csv; silicon_concurrency=16; measured={day}T00:00:00Z"
+    ran = S.recipe_layout_fields(_row(silicon_data_source=src, **fields))
+    assert (ran["moe_ep_size"], ran["moe_tp_size"]) == (
+        (ep_ran, "1") if ep_ran != "1" else ("1", tp))
+    fp4 = _row(silicon_data_source=src, **{**fields, "gemm_quant_mode": "nvfp4",
+                                            "moe_quant_mode": "nvfp4"})
+    assert S.recipe_layout_fields(fp4) is fp4.fields
 
 
 def test_h200_mtp_recipe_is_known_by_its_day() -> None:
