@@ -76,9 +76,13 @@ def moe_layer_s(row: dict[str, str], pair_s: float) -> float:
         "tensor_parallel_size": tp, "expert_parallel_size": int(row["moe_ep"]),
         "weight_dtype": row["expert_dtype"], "expert_weight_dtype": row["expert_dtype"],
         "moe_pair_s": pair_s})
-    st = RooflineStepTime(cfg)
     n = int(row["tokens"])
-    batch = StepBatch(n, n * (n + 1) / 2, 0, 0, 0)
+    return moe_terms_s(RooflineStepTime(cfg), StepBatch(n, n * (n + 1) / 2, 0, 0, 0))
+
+
+def moe_terms_s(st: RooflineStepTime, batch: StepBatch) -> float:
+    """Seconds of one MoE layer's terms in ``st``'s step over ``batch``: the step with the
+    MoE terms less the step without, over the model's MoE layers."""
     full = st.step_time_s(batch)
     moe, st._target.moe = st._target.moe, ()
     bare = st.step_time_s(batch)
@@ -131,13 +135,7 @@ def decode_layer_s(row: dict[str, str], eff: float) -> float:
     st, latency = _decode_model(row["model"], row["hardware"], int(row["moe_tp"]),
                                 row["backend"], eff)
     n = int(row["tokens"])
-    batch = StepBatch(0, 0.0, n, n, n)
-    full = st.step_time_s(batch)
-    moe, st._target.moe = st._target.moe, ()
-    bare = st.step_time_s(batch)
-    st._target.moe = moe
-    layers = sum(b.num_layers for b in st.arch.blocks if hasattr(b.ffn, "num_experts"))
-    return (full - bare) / layers + FFN_KERNELS["moe"] * latency
+    return moe_terms_s(st, StepBatch(0, 0.0, n, n, n)) + FFN_KERNELS["moe"] * latency
 
 
 def fit_fp8_decode() -> int:
