@@ -138,13 +138,18 @@ def decode_layer_s(row: dict[str, str], eff: float) -> float:
     return moe_terms_s(st, StepBatch(0, 0.0, n, n, n)) + FFN_KERNELS["moe"] * latency
 
 
-def fit_fp8_decode() -> int:
-    """Print each GPU's fp8_moe_efficiency per backend and version (``--fp8-decode``)."""
+DecodeFit = tuple[float, list[float], list[float], float, float]
+
+
+def fp8_decode_fits() -> dict[tuple[str, str, str], DecodeFit]:
+    """Per (GPU, backend, version) of the decode table: (fitted fp8_moe_efficiency, |error|
+    of each layer at 1, at the fit, the squared log error at 1, at the fit)."""
     with DECODE_CSV.open() as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     groups: dict[tuple[str, str, str], list[dict[str, str]]] = collections.defaultdict(list)
     for r in rows:
         groups[(r["hardware"], r["backend"], r["version"])].append(r)
+    out = {}
     for (hw, backend, version), g in sorted(groups.items()):
         meas = [float(r["time_us"]) * 1e-6 for r in g]
 
@@ -160,8 +165,15 @@ def fit_fp8_decode() -> int:
                  meas: list[float] = meas) -> list[float]:
             return [abs(decode_layer_s(r, e) / m - 1) for r, m in zip(g, meas, strict=True)]
 
-        print(f"{hw} {backend} {version}: fp8_moe_efficiency = {eff:.2f} ({len(g)} layers; "
-              f"before {_stats(errs(1.0))}; after {_stats(errs(eff))})")
+        out[(hw, backend, version)] = (eff, errs(1.0), errs(eff), loss([1.0]), loss([eff]))
+    return out
+
+
+def fit_fp8_decode() -> int:
+    """Print each GPU's fp8_moe_efficiency per backend and version (``--fp8-decode``)."""
+    for (hw, backend, version), (eff, before, after, _, _) in fp8_decode_fits().items():
+        print(f"{hw} {backend} {version}: fp8_moe_efficiency = {eff:.2f} ({len(before)} "
+              f"layers; before {_stats(before)}; after {_stats(after)})")
     return 0
 
 
