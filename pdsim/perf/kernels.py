@@ -66,6 +66,17 @@ MOE_PAIR_S_BY_ENGINE: dict[KernelEngine, float] = {
 SGLang and 18 vLLM layers of the same table; median error 6.2%, 8.4% and 6.5% against
 29.1% for the one value over all three."""
 
+FP8_MOE_EFFICIENCY_BY_ENGINE: dict[KernelEngine, dict[str, float]] = {
+    "sglang": {"0.5.10": 0.87, "0.5.14": 1.0},
+    "trtllm": {"1.3.0rc10": 0.85, "1.3.0rc20": 0.87},
+    "vllm": {"0.24.0": 1.0}}
+"""The H100 fit per engine and version of the share of the bandwidth a block-scaled fp8
+MoE layer streams its weights at, at decode sizes (``tools/fit_moe_kernels.py
+--fp8-decode``): AIConfigurator's measured fp8_block MoE layers of DeepSeek-V3, Kimi-K2.5,
+Qwen3-235B-A22B and MiniMax-M2.5 at 64-512 tokens on H100 SXM
+(``pdsim/data/kernels/aic_moe_decode_kernels.csv``; docs/step-time.md, "Block-scaled fp8
+MoE layers at decode sizes")."""
+
 CUSTOM_ALLREDUCE_LATENCY_S = 4.54e-6
 CUSTOM_ALLREDUCE_EFFICIENCY = 0.124
 """The custom all-reduce fit on H100 (``tools/fit_collectives.py``): SGLang PR #2904
@@ -192,6 +203,7 @@ DEFAULT_KERNELS = KernelFit(
     compute_efficiency=0.753, gemm_half_tokens=107.4, memory_efficiency=0.878,
     kernel_latency_s=4.53e-06, collective_latency_s=2.71e-05, communication_efficiency=0.759,
     moe_pair_s_by_engine=MOE_PAIR_S_BY_ENGINE,
+    fp8_moe_efficiency_by_engine=FP8_MOE_EFFICIENCY_BY_ENGINE,
     fitted_to="the h100-sxm fit (pdsim/data/hardware/h100-sxm.yaml)")
 """Kernel constants of a hardware spec without a ``kernels`` section: the H100 fit."""
 
