@@ -66,10 +66,11 @@ class AttentionMixer(StrictModel):
     ``output_gate``: the q projection also emits a sigmoid gate per head (Qwen3-Next's
     gated attention), doubling its width. ``input_size``: width of the q/k/v projections'
     input when it is not the hidden size (an EAGLE-3 layer reads 2 x hidden).
-    ``qk_norm``: where the queries and keys are RMS-normalised before RoPE; ``across_heads``
+    ``qk_norm``: where the queries and keys are RMS-normalised before RoPE (two more
+    kernels a layer, one norm of the queries and one of the keys); ``across_heads``
     (MiniMax-M2) normalises each token's whole query and whole key vector, so a tensor-
     parallel engine, whose ranks hold a slice of the heads, all-reduces each token's two
-    partial sums of squares in every layer.
+    partial sums of squares in every layer (and splits each norm around it).
     """
 
     kind: Literal["attention"] = "attention"

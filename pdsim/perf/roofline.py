@@ -94,7 +94,9 @@ SHARED_EXPERT_KERNELS = 3
 FORWARD_KERNELS = 5  # embedding, final norm, LM head, sampling (2)
 DRAFTER_EXTRA_KERNELS = 3  # MTP/EAGLE: two input norms and the fusing projection
 QK_NORM_PARTIAL_BYTES = 8.0  # per token: the fp32 sums of squares of its query and its key
-QK_NORM_SPLIT_KERNELS = 1  # the norm split around its all-reduce: sums before, scaling after
+QK_NORM_KERNELS = 2  # a QK norm (per head or across heads): one fused norm of q, one of k
+QK_NORM_SPLIT_KERNELS = 2  # across heads under TP: each split around the all-reduce (sums
+# of squares before it, the scaling after), counted from vLLM's MiniMaxText01RMSNormTP
 LOGIT_BYTES = 4.0  # fp32 logits
 LOGIT_PASSES = 3.0  # written by the head, read and written by softmax / argmax
 
@@ -120,6 +122,8 @@ def _allreduce_s(lines: tuple[Line, Line], tokens: float) -> float:
 
 def _layer_kernels(mixer: AnyMixer, ffn: AnyFFN) -> int:
     k = MIXER_KERNELS[mixer.kind] + FFN_KERNELS[ffn.kind]
+    if isinstance(mixer, AttentionMixer) and mixer.qk_norm != "none":
+        k += QK_NORM_KERNELS
     if isinstance(ffn, MoEFFN) and ffn.num_shared_experts:
         k += SHARED_EXPERT_KERNELS
     return k

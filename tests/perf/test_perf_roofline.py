@@ -471,3 +471,26 @@ def test_qk_norm_across_heads_all_reduces_once_a_layer_under_tp(tp: int) -> None
         assert one > 0.0
         assert extra == pytest.approx(layers * (one + QK_NORM_SPLIT_KERNELS
                                                 * c.kernel_latency_s), rel=1e-9)
+
+
+def test_a_qk_norm_adds_its_two_kernels_a_layer() -> None:
+    """A per-head QK norm (Qwen3) adds the queries' and the keys' norm kernels to every
+    layer, at any TP and batch; nothing else of the step changes."""
+    from pdsim.perf.roofline import QK_NORM_KERNELS
+
+    arch = load_model_architecture("qwen3-32b")
+    assert {b.mixer.qk_norm for b in arch.blocks} == {"per_head"}
+    none = arch.model_copy(update={"blocks": [
+        b.model_copy(update={"mixer": b.mixer.model_copy(update={"qk_norm": "none"})})
+        for b in arch.blocks]})
+    layers = sum(b.num_layers for b in arch.blocks)
+    for tp in (1, 4):
+        cfgs = [RooflineStepTimeConfig(model=m, hardware="h100-sxm", tensor_parallel_size=tp)
+                for m in (arch, none)]
+        normed, plain = (RooflineStepTime(c) for c in cfgs)
+        for batch in (decode(8, 1024), prefill(2048)):
+            extra = normed.step_time_s(batch) - plain.step_time_s(batch)
+            kernel = layers * QK_NORM_KERNELS * cfgs[0].kernel_latency_s
+            if batch.prefill_tokens:  # a step without a CUDA graph launches them too
+                kernel += layers * QK_NORM_KERNELS * cfgs[0].eager_kernel_s
+            assert extra == pytest.approx(kernel, rel=1e-9)
