@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from pdsim.perf.kernels import version_key
+
 DATA_DIR = Path(__file__).resolve().parent / "data" / "aic-silicon"
 CSV_PATH = DATA_DIR / "silicon_sample.csv"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "validation-silicon.md"
@@ -701,10 +703,11 @@ def attention_heads(model: str) -> int:
 
 
 def ep_always_recipe(row: SiliconRow) -> ExpertParallelRecipe | None:
-    """The ``VLLM_EP_ALWAYS_RECIPES`` entry an agg row without recorded expert or attention
-    data parallelism ran under, else None."""
+    """The ``VLLM_EP_ALWAYS_RECIPES`` entry an InferenceMAX agg row without recorded expert
+    or attention data parallelism ran under, else None."""
     f = row.fields
-    if (f["backend"] != "vllm" or f["mode"] != "agg" or _int(f["moe_ep_size"]) != 1
+    if (f["backend"] != "vllm" or f["mode"] != "agg" or row_protocol(row) != "inferencemax"
+            or _int(f["moe_ep_size"]) != 1
             or _int(f["attention_dp_size"]) != 1 or _int(f["tp_size"]) == 1):
         return None
     for rec in VLLM_EP_ALWAYS_RECIPES:
@@ -922,7 +925,7 @@ def _step_time(plan: Plan, lay: Layout) -> dict[str, Any]:
     return st
 
 
-VLLM_ASYNC_SCHEDULING_SINCE = (0, 14)
+VLLM_ASYNC_SCHEDULING_SINCE = "0.14"
 """The first vLLM release whose engine schedules asynchronously by default (vLLM PR
 #27614, the last item of the async scheduling plan, vllm-project/vllm issue #27679, merged
 for v0.14; before it ``--async-scheduling`` was opt-in, and AIConfigurator's generator
@@ -938,12 +941,9 @@ def schedules_async(plan: Plan) -> bool:
     v = plan.backend_version
     if v.startswith("nightly"):
         return True
-    parts = v.split(".")
-    try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
+    if not re.match(r"\d", v):
         return False
-    return (major, minor) >= VLLM_ASYNC_SCHEDULING_SINCE
+    return version_key(v) >= version_key(VLLM_ASYNC_SCHEDULING_SINCE)
 
 
 def _group(plan: Plan, role: str, lay: Layout) -> dict[str, Any]:

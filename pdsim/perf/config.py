@@ -286,7 +286,7 @@ class RooflineStepTimeConfig(StrictModel):
     kernel_version, ``kernels.fp8_moe_efficiency_by_engine``)."""
     kernel_version: str = ""
     """The engine version whose kernels the kernel_rule prices where the hardware profile
-    fits them per version (''): the newest fitted)."""
+    fits them per version ('': the newest fitted)."""
     kernel_rule: KernelRule = "pdsim"
     """Whose kernels the MoE layers run: pdsim (moe_pair_s fitted over every engine's
     measured MoE layers) or trtllm, sglang, vllm (the hardware profile's fit to that

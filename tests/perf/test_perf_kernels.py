@@ -197,12 +197,10 @@ def test_fp8_moe_efficiency_follows_the_engine_and_its_version(hw: str) -> None:
     assert fit is not None and fit.fp8_moe_efficiency_by_engine
     base = {"model": "deepseek-v3", "hardware": hw, "tensor_parallel_size": 8,
             "weight_dtype": "fp8", "expert_weight_dtype": "fp8"}
-    if hw in ("h100-sxm",):
+    if hw == "h100-sxm":
         base["tensor_parallel_size"] = 16  # fp8 DeepSeek needs two H100 nodes
     decode = StepBatch(0, 0.0, 16, 16, 16 * 2048)  # the experts' weight read dominates
-    plain = RooflineStepTimeConfig(**base)
-    assert plain.fp8_moe_efficiency == fit.fp8_moe_efficiency == 1.0
-    t_plain = RooflineStepTime(plain).step_time_s(decode)
+    assert RooflineStepTimeConfig(**base).fp8_moe_efficiency == fit.fp8_moe_efficiency == 1.0
     for engine, table in fit.fp8_moe_efficiency_by_engine.items():
         for version, value in table.items():
             cfg = RooflineStepTimeConfig(**base, kernel_rule=engine, kernel_version=version)
@@ -219,13 +217,12 @@ def test_fp8_moe_efficiency_follows_the_engine_and_its_version(hw: str) -> None:
                 == RooflineStepTime(RooflineStepTimeConfig(
                     **fp4, kernel_rule=engine, kernel_version=version,
                     fp8_moe_efficiency=1.0)).step_time_s(decode))
-    assert t_plain > 0
 
 
 def test_fp8_moe_efficiency_tables_are_the_fit_of_the_committed_layers() -> None:
     """Each profile's ``fp8_moe_efficiency_by_engine`` is what ``tools/fit_moe_kernels.py
     --fp8-decode`` fits to ``pdsim/data/kernels/aic_moe_decode_kernels.csv`` (gb200
-    borrows b200's), and the fit lowers the median error of every table it moves."""
+    borrows b200's), and the fit lowers the squared log error of every table it moves."""
     import sys
     from pathlib import Path
 
