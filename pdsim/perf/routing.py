@@ -67,7 +67,7 @@ class ExpertRouting(StrictModel):
 
 
 DEFAULT_ROUTING = ExpertRouting(
-    load_cv=0.5, token_reuse=0.3,
+    load_cv=1.5, token_reuse=0.3,
     sources={
         "token_reuse": (
             "Mixtral of Experts (Jiang et al. 2024, arXiv 2401.04088), Sec. 5 routing "
