@@ -424,15 +424,15 @@ not model between the engine and the client, not for a stream interval."""
 
 RESPONSE_RULE_PROFILES: dict[tuple[str, str], int] = {
     ("trtllm", "deepseek-v3"): 12, ("trtllm", "llama-3.1-70b"): 1,
-    ("trtllm", "llama-3.1-8b"): 11, ("sglang", "deepseek-v3"): 12,
+    ("trtllm", "llama-3.1-8b"): 11, ("sglang", "deepseek-v3"): 13,
     ("sglang", "llama-3.1-8b"): 16, ("vllm", "llama-3.1-70b"): 1,
     ("vllm", "llama-3.1-8b"): 3,
     # thirteenth round, the models added then (fit rows of the full run, 2026-12-03)
-    ("sglang", "qwen3-32b"): 51, ("sglang", "qwen3-235b-a22b"): 19,
+    ("sglang", "qwen3-32b"): 52, ("sglang", "qwen3-235b-a22b"): 20,
     ("trtllm", "gpt-oss-120b"): 6, ("trtllm", "kimi-k2.5"): 0,
     ("trtllm", "qwen3-235b-a22b"): 5, ("trtllm", "qwen3-32b"): 9,
     ("vllm", "gpt-oss-120b"): 4, ("vllm", "kimi-k2.5"): 7, ("vllm", "minimax-m2.5"): 4,
-    ("vllm", "qwen3-235b-a22b"): 4, ("vllm", "qwen3-32b"): 0,
+    ("vllm", "qwen3-235b-a22b"): 5, ("vllm", "qwen3-32b"): 0,
 }
 """Per serving stack and shipped model profile, the first response's delay fitted the same
 way to that model's fit rows alone: the fit rows of one stack pull apart by model
@@ -453,7 +453,9 @@ version (``kernels.fp8_moe_efficiency_by_engine``) and the EP-always MiniMax rec
 six moved: TensorRT-LLM DeepSeek 10 -> 12, SGLang Llama-3.1-8B 15 -> 16, Qwen3-32B
 56 -> 53, Qwen3-235B 23 -> 20, vLLM MiniMax-M2.5 6 -> 4 and Qwen3-235B 5 -> 4; and once
 more after the QK norms' kernels were counted (``roofline.QK_NORM_KERNELS``): SGLang
-Qwen3-32B 53 -> 51, Qwen3-235B 20 -> 19, TensorRT-LLM Qwen3-235B 6 -> 5."""
+Qwen3-32B 53 -> 51, Qwen3-235B 20 -> 19, TensorRT-LLM Qwen3-235B 6 -> 5. In the sixteenth
+round, re-fitted the same way with the fitted expert popularity skew (``load_cv`` 1.5): SGLang
+DeepSeek 12 -> 13, Qwen3-32B 51 -> 52, Qwen3-235B 19 -> 20, vLLM Qwen3-235B 4 -> 5."""
 
 
 def response_delay_steps(rule: str, profile: str | None) -> int:

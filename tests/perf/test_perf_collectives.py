@@ -14,7 +14,7 @@ from pdsim.perf import collectives as C
 from pdsim.perf.base import StepBatch
 from pdsim.perf.config import RooflineStepTimeConfig
 from pdsim.perf.kernels import CUSTOM_ALLREDUCE_EFFICIENCY, CUSTOM_ALLREDUCE_LATENCY_S
-from pdsim.perf.profiles import load_hardware
+from pdsim.perf.profiles import load_hardware, load_model_architecture
 from pdsim.perf.roofline import RooflineStepTime
 
 H100 = load_hardware("h100-sxm")
@@ -261,8 +261,13 @@ def test_moe_pair_cost_is_paid_per_pair_a_gpu_handles(tokens: int) -> None:
 def test_busiest_rank_reads_more_experts_while_a_step_touches_few() -> None:
     """At batch 1 each of 8 EP ranks holds 32 experts and the 8 a token picks fall unevenly:
     the busiest rank reads more than the mean's eighth. As the batch grows every rank's
-    share is touched and the excess fades."""
-    sliced, ep8 = _model(), _model(expert_parallel_size=8)
+    share is touched and the excess fades. Popularity is uniform here (``load_cv`` 0), so
+    the busiest rank's excess is the binomial spread of its reads and pairs alone (with the
+    profile's skew its extra pairs grow with the batch too)."""
+    arch = load_model_architecture("deepseek-v3", "model")
+    uniform = arch.model_copy(update={"routing": arch.routing.model_copy(
+        update={"load_cv": 0.0})})
+    sliced, ep8 = _model(model=uniform), _model(model=uniform, expert_parallel_size=8)
     (group,) = ep8._target.moe
     assert group[-1] == 256 / 8  # experts per rank
 
