@@ -11,6 +11,7 @@ import yaml
 
 from pdsim.config import ModelConfig
 from pdsim.errors import ConfigError
+from pdsim.perf.architecture import MoEFFN
 from pdsim.perf.profiles import (
     hardware_names,
     load_hardware,
@@ -18,6 +19,7 @@ from pdsim.perf.profiles import (
     model_config_fields,
     model_names,
 )
+from pdsim.perf.routing import DEFAULT_ROUTING
 
 REQUIRED_HARDWARE = {"h100-sxm", "h200", "b200", "gb200", "mi300x"}
 REQUIRED_MODELS = {"deepseek-v3", "inkling-small", "qwen3-next-80b-a3b", "llama-3.1-8b",
@@ -133,3 +135,18 @@ def test_inline_specs() -> None:
                                  "max_model_len": 8, "blocks": [], "colour": "red"})
     assert {p for p, _ in err.value.issues} >= {"step_time.model.blocks",
                                                 "step_time.model.colour"}
+
+
+def test_moe_profiles_carry_the_one_fitted_popularity_skew() -> None:
+    """The experts' popularity skew is one value fitted for every MoE model
+    (docs/step-time.md, "Expert popularity skew"): each shipped MoE profile carries the
+    default's value and says where it comes from."""
+    moe = [name for name in model_names()
+           if any(isinstance(group.ffn, MoEFFN)
+                  for group in load_model_architecture(name).blocks)]
+    assert {"deepseek-v3", "qwen3-235b-a22b", "minimax-m2.5"} <= set(moe)
+    for name in moe:
+        routing = load_model_architecture(name).routing
+        assert routing.load_cv == DEFAULT_ROUTING.load_cv, name
+        assert routing.sources["load_cv"].startswith("fitted"), name
+    assert DEFAULT_ROUTING.sources["load_cv"].startswith("fitted")
