@@ -212,8 +212,8 @@ def register(app: typer.Typer) -> None:
             if any(ch.layout.dp > 1 for _, ch in c.candidate.roles):
                 console.print("  caution: attention data parallelism with expert parallelism "
                               "is validated on few deployments (docs/validation.md, rows 23, "
-                              "24, 39 and 40: DeepSeek-R1 at maximum throughput, -16% to +29% "
-                              "of the measured throughput against a 30% tolerance)",
+                              "24, 39 and 40: DeepSeek-R1 at maximum throughput, near the "
+                              "30% tolerance)",
                               markup=False, highlight=False, soft_wrap=True)
             b = pl.baseline
             if b is not None:
