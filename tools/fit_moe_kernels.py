@@ -115,7 +115,7 @@ def _stats(errs: list[float]) -> str:
 def _balanced(model: str) -> ModelArchitecture:
     """The model profile with balanced routing, as the decode tables were timed."""
     return load_model_architecture(model, "model").model_copy(
-        update={"routing": ExpertRouting()})
+        update={"routing": ExpertRouting(load_cv=0.0)})
 
 
 @functools.cache

@@ -44,19 +44,29 @@ Fraction = Annotated[float, Field(ge=0, lt=1)]
 NonNegFloat = Annotated[float, Field(ge=0, le=4, allow_inf_nan=False)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
+FITTED_LOAD_CV = 1.5
+"""Expert popularity skew fitted once for every MoE model (``FITTED_LOAD_CV_SOURCE``)."""
+FITTED_LOAD_CV_SOURCE = (
+    "fitted: the lowest mean TPOT error of the silicon sample's 1,404 MoE fit rows on a "
+    "grid 0.5, 1.0, 1.5, 2.0, one value for every MoE profile (docs/step-time.md, "
+    "\"Expert popularity skew\"); load-balancing losses and biases even load over "
+    "training batches, not over a serving batch")
+
 
 class ExpertRouting(StrictModel):
     """Routing statistics of a MoE model (see the module docstring).
 
     ``load_cv``: coefficient of variation of per-expert load over a serving window (0 =
-    uniform); ``token_reuse``: excess probability that a further token of the same
-    request re-picks one of its earlier tokens' experts (0 = independent);
+    uniform; default the fitted ``FITTED_LOAD_CV``); ``token_reuse``: excess probability
+    that a further token of the same request re-picks one of its earlier tokens' experts
+    (0 = independent);
     ``max_nodes_per_token``: node-limited routing, the most nodes a token's experts may
     span (DeepSeek-V3's group-limited gating); ``sources``: where the figures come from.
     """
 
-    load_cv: NonNegFloat = 0.0
-    """Coefficient of variation of per-expert load over a serving window (0: uniform)."""
+    load_cv: NonNegFloat = FITTED_LOAD_CV
+    """Coefficient of variation of per-expert load over a serving window (0: uniform;
+    default: the value fitted for every MoE model, 1.5)."""
     token_reuse: Fraction = 0.0
     """Excess probability a later token of a request re-picks its earlier tokens' experts."""
     max_nodes_per_token: PositiveInt | None = None
@@ -67,18 +77,14 @@ class ExpertRouting(StrictModel):
 
 
 DEFAULT_ROUTING = ExpertRouting(
-    load_cv=1.5, token_reuse=0.3,
+    token_reuse=0.3,
     sources={
         "token_reuse": (
             "Mixtral of Experts (Jiang et al. 2024, arXiv 2401.04088), Sec. 5 routing "
             "analysis: consecutive tokens repeat their expert assignment well above chance "
             "in middle and late layers; 0.3 is the excess over chance of the top-2 "
             "repetition rate there, carried to other MoE models as an estimate"),
-        "load_cv": (
-            "fitted: the lowest mean TPOT error of the silicon sample's 1,404 MoE fit rows "
-            "on a grid 0.5, 1.0, 1.5, 2.0, one value for every MoE profile "
-            "(docs/step-time.md, \"Expert popularity skew\"); load-balancing losses and "
-            "biases even load over training batches, not over a serving batch"),
+        "load_cv": FITTED_LOAD_CV_SOURCE,
     })
 """Routing of a model profile without a ``routing`` section."""
 

@@ -19,7 +19,7 @@ from pdsim.perf.profiles import (
     model_config_fields,
     model_names,
 )
-from pdsim.perf.routing import DEFAULT_ROUTING
+from pdsim.perf.routing import DEFAULT_ROUTING, FITTED_LOAD_CV
 
 REQUIRED_HARDWARE = {"h100-sxm", "h200", "b200", "gb200", "mi300x"}
 REQUIRED_MODELS = {"deepseek-v3", "inkling-small", "qwen3-next-80b-a3b", "llama-3.1-8b",
@@ -139,14 +139,16 @@ def test_inline_specs() -> None:
 
 def test_moe_profiles_carry_the_one_fitted_popularity_skew() -> None:
     """The experts' popularity skew is one value fitted for every MoE model
-    (docs/step-time.md, "Expert popularity skew"): each shipped MoE profile carries the
-    default's value and says where it comes from."""
+    (docs/step-time.md, "Expert popularity skew"): no shipped MoE profile sets its own, each
+    takes the fitted default and says where it comes from."""
     moe = [name for name in model_names()
            if any(isinstance(group.ffn, MoEFFN)
                   for group in load_model_architecture(name).blocks)]
     assert {"deepseek-v3", "qwen3-235b-a22b", "minimax-m2.5"} <= set(moe)
     for name in moe:
+        assert "load_cv" not in _raw("models", name).get("routing", {}), name
         routing = load_model_architecture(name).routing
-        assert routing.load_cv == DEFAULT_ROUTING.load_cv, name
+        assert routing.load_cv == FITTED_LOAD_CV, name
         assert routing.sources["load_cv"].startswith("fitted"), name
+    assert DEFAULT_ROUTING.load_cv == FITTED_LOAD_CV
     assert DEFAULT_ROUTING.sources["load_cv"].startswith("fitted")
